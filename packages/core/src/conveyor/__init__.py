@@ -1,0 +1,34 @@
+"""conveyor: an ahead-of-time compiler pipeline for PyTorch, built from stages."""
+
+from conveyor.__about__ import __version__
+from conveyor.capture import retrace
+from conveyor.compiled import Compiled, compile, last_graphs
+from conveyor.config import Config, resolve
+from conveyor.errors import CaptureError, ConfigError, ConveyorError, PipelineError, StageError
+from conveyor.hookspecs import hookimpl
+from conveyor.pipeline import Pipeline, StageGraph
+from conveyor.plugins import Plugins
+from conveyor.stage import CompiledFn, Lowering, Request, StageSpec
+
+__all__ = [
+    "CaptureError",
+    "Compiled",
+    "CompiledFn",
+    "Config",
+    "ConfigError",
+    "ConveyorError",
+    "Lowering",
+    "Pipeline",
+    "PipelineError",
+    "Plugins",
+    "Request",
+    "StageError",
+    "StageGraph",
+    "StageSpec",
+    "__version__",
+    "compile",
+    "hookimpl",
+    "last_graphs",
+    "resolve",
+    "retrace",
+]

@@ -1,0 +1,168 @@
+"""Capture: a user function or module, flattened and traced to an aten FX graph.
+
+``capture`` is the first thing ``conveyor.compile`` does on a cache miss. It
+flattens the call's pytree arguments, lifts a module's parameters and buffers
+to graph inputs, specializes non-tensor arguments by value, and traces with
+``make_fx`` on fake tensors. The graph it returns may still contain in-place
+ops and views; stages after it decide what to do with them.
+
+``retrace`` is the helper stages use to trace a flat Python function (usually
+one wrapping the graph they received) into a new graph under the request's
+fake mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from conveyor.errors import CaptureError
+
+_FLOW_HINT = (
+    "conveyor.compile traces with make_fx, which cannot follow Python control flow that "
+    "depends on tensor values; use torch.compile(fn, backend='conveyor') instead, which "
+    "splits the program at such points"
+)
+
+
+@dataclass(frozen=True)
+class CallLayout:
+    """How the user's call maps to the flat graph inputs and back.
+
+    :ivar in_spec: pytree spec of ``(args, kwargs)``.
+    :ivar tensor_positions: leaf positions that are tensors (graph inputs,
+        after the lifted parameters and buffers).
+    :ivar constants: the non-tensor leaves, by position (specialized).
+    :ivar n_lifted: number of module parameters and buffers lifted in front.
+    :ivar out_spec: pytree spec of the outputs.
+    :ivar out_tensor_positions: output leaves that come from the graph.
+    :ivar out_constants: non-tensor output leaves, by position.
+    """
+
+    in_spec: pytree.TreeSpec
+    tensor_positions: tuple[int, ...]
+    constants: tuple[tuple[int, Any], ...]
+    n_lifted: int
+    out_spec: pytree.TreeSpec | None = None
+    out_tensor_positions: tuple[int, ...] = ()
+    out_constants: tuple[tuple[int, Any], ...] = ()
+
+    def unflatten_outputs(self, flat_outs: Sequence[Any]) -> Any:
+        assert self.out_spec is not None
+        leaves: list[Any] = [None] * (len(self.out_tensor_positions) + len(self.out_constants))
+        for pos, value in zip(self.out_tensor_positions, flat_outs):
+            leaves[pos] = value
+        for pos, value in self.out_constants:
+            leaves[pos] = value
+        return pytree.tree_unflatten(leaves, self.out_spec)
+
+
+def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
+    """A module's parameters and buffers, in a stable order, lifted as inputs."""
+    names: list[str] = []
+    tensors: list[torch.Tensor] = []
+    for name, t in module.named_parameters(remove_duplicate=False):
+        names.append(name)
+        tensors.append(t)
+    for name, t in module.named_buffers(remove_duplicate=False):
+        names.append(name)
+        tensors.append(t)
+    return names, tensors
+
+
+def capture(
+    fn: Callable[..., Any],
+    module: torch.nn.Module | None,
+    state_names: Sequence[str],
+    layout: CallLayout,
+    fake_inputs: Sequence[Any],
+    fake_mode: Any,
+) -> tuple[torch.fx.GraphModule, CallLayout]:
+    """Trace ``fn`` (or ``module``) into a flat aten graph.
+
+    :param fake_inputs: fake values for the flat graph inputs: lifted state
+        first, then the tensor leaves of the call.
+    :return: the graph and the layout completed with the output spec.
+    """
+    out_info: dict[str, Any] = {}
+
+    def flat_fn(*flat: Any) -> tuple[Any, ...]:
+        state, user = flat[: layout.n_lifted], flat[layout.n_lifted :]
+        leaves: list[Any] = [None] * (len(layout.tensor_positions) + len(layout.constants))
+        for pos, value in zip(layout.tensor_positions, user):
+            leaves[pos] = value
+        for pos, value in layout.constants:
+            leaves[pos] = value
+        args, kwargs = pytree.tree_unflatten(leaves, layout.in_spec)
+        if module is not None:
+            params = dict(zip(state_names, state))
+            out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
+        else:
+            out = fn(*args, **kwargs)
+        out_leaves, out_spec = pytree.tree_flatten(out)
+        out_info["spec"] = out_spec
+        out_info["tensors"] = tuple(i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor))
+        out_info["constants"] = tuple(
+            (i, v) for i, v in enumerate(out_leaves) if not isinstance(v, torch.Tensor)
+        )
+        return tuple(v for v in out_leaves if isinstance(v, torch.Tensor))
+
+    graph = retrace(flat_fn, fake_inputs, fake_mode)
+    return graph, CallLayout(
+        layout.in_spec,
+        layout.tensor_positions,
+        layout.constants,
+        layout.n_lifted,
+        out_info["spec"],
+        out_info["tensors"],
+        out_info["constants"],
+    )
+
+
+def retrace(
+    fn: Callable[..., Any],
+    fake_inputs: Sequence[Any],
+    fake_mode: Any,
+    *,
+    pre_dispatch: bool = False,
+    decomposition_table: dict[Any, Callable[..., Any]] | None = None,
+) -> torch.fx.GraphModule:
+    """Trace a flat function into an aten graph under ``fake_mode``.
+
+    ``fn`` takes the flat inputs and returns a tuple of outputs. Tracing errors
+    caused by data-dependent control flow become a :class:`CaptureError` that
+    says so.
+    """
+    try:
+        with fake_mode:
+            return make_fx(fn, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)(*fake_inputs)
+    except Exception as exc:
+        if _is_data_dependent(exc):
+            raise CaptureError(f"capture: {type(exc).__name__}: {exc}\n{_FLOW_HINT}") from exc
+        raise
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    names = {type(e).__name__ for e in _chain(exc)}
+    text = " ".join(str(e) for e in _chain(exc))
+    return bool(
+        names & {"DataDependentOutputException", "GuardOnDataDependentSymNode", "DynamicOutputShapeException"}
+        or "data-dependent" in text
+        or "data dependent" in text
+        or "aten._local_scalar_dense" in text
+        or ".item()" in text
+    )
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and exc not in out:
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out

@@ -1,0 +1,145 @@
+"""``conveyor.compile``: the callable users get, and its compile cache.
+
+On each call: flatten the arguments, build the cache key, run the cached
+compiled callable or capture and compile a new one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from conveyor import cache
+from conveyor.capture import CallLayout, capture, lifted_state
+from conveyor.config import Config, resolve
+from conveyor.errors import CaptureError
+from conveyor.pipeline import Pipeline, StageGraph
+from conveyor.plugins import Plugins
+from conveyor.stage import CompiledFn, Request
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One compiled specialization."""
+
+    compiled: CompiledFn
+    layout: CallLayout
+    graphs: tuple[StageGraph, ...]
+    backend: str
+
+
+class Compiled:
+    """A compiled function or module. Call it as you would the original."""
+
+    def __init__(self, fn: Callable[..., Any], config: Config, plugins: Plugins | None = None) -> None:
+        self.fn = fn
+        self.module = fn if isinstance(fn, torch.nn.Module) else None
+        self.config = config
+        self.pipeline = Pipeline(config, plugins)  # fails loudly here, at build time
+        self._modules = tuple(self.module.modules()) if self.module is not None else ()
+        self._cache: dict[Hashable, Entry] = {}
+        self._pipelines: dict[str, Pipeline] = {self.pipeline.backend.name: self.pipeline}
+        self.last: Entry | None = None
+        functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
+
+    # -- the per-call path -------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.module is not None:
+            state_names, state = lifted_state(self.module)
+        else:
+            state_names, state = [], []
+        leaves, in_spec = pytree.tree_flatten((args, kwargs))
+        tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
+        constants = tuple((i, v) for i, v in enumerate(leaves) if not isinstance(v, torch.Tensor))
+        flat = [*state, *tensors]
+        key = self._key(flat, in_spec, constants)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._compile(flat, state_names, in_spec, leaves, constants)
+            self._cache[key] = entry
+        self.last = entry
+        outs = entry.compiled(flat)
+        return entry.layout.unflatten_outputs(outs)
+
+    def _key(self, flat: Sequence[Any], in_spec: Any, constants: tuple[tuple[int, Any], ...]) -> Hashable:
+        try:
+            hash(constants)
+        except TypeError as exc:
+            bad = next(type(v).__name__ for _, v in constants if not _hashable(v))
+            raise CaptureError(
+                f"capture: a non-tensor argument of type {bad} is specialized by value and must be hashable"
+            ) from exc
+        stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
+        training = tuple(m.training for m in self._modules)
+        return (in_spec, constants, training, cache.call_key(flat), stage_keys)
+
+    # -- a cache miss -------------------------------------------------------
+    def _compile(
+        self,
+        flat: Sequence[Any],
+        state_names: Sequence[str],
+        in_spec: Any,
+        leaves: Sequence[Any],
+        constants: tuple[tuple[int, Any], ...],
+    ) -> Entry:
+        pipeline = self._pipeline_for(flat)
+        layout = CallLayout(
+            in_spec=in_spec,
+            tensor_positions=tuple(i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)),
+            constants=constants,
+            n_lifted=len(state_names),
+        )
+        fake_mode = FakeTensorMode()
+        fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
+        graph, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode)
+        request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
+        compiled, graphs = pipeline.compile(request)
+        return Entry(compiled, layout, graphs, pipeline.backend.name)
+
+    def _pipeline_for(self, flat: Sequence[Any]) -> Pipeline:
+        """The configured pipeline; with no backend configured, ``triton`` for
+        CUDA inputs when it is installed."""
+        if self.config.backend is None and "triton" in self.pipeline.available:
+            if any(isinstance(t, torch.Tensor) and t.is_cuda for t in flat):
+                if "triton" not in self._pipelines:
+                    self._pipelines["triton"] = self.pipeline.with_backend("triton")
+                return self._pipelines["triton"]
+        return self.pipeline
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True
+
+
+def compile(fn: Callable[..., Any], *, plugins: Plugins | None = None, **options: Any) -> Compiled:
+    """Compile a function or ``nn.Module`` with the conveyor pipeline.
+
+    :param fn: the function or module; called with the same arguments as before.
+    :param plugins: a plugin manager to use instead of discovering one (tests).
+    :param options: configuration keys (``backend``, ``enable``, ``disable``,
+        ``stages``, ...), overriding pyproject.toml and the environment.
+    """
+    return Compiled(fn, resolve(options), plugins)
+
+
+def last_graphs(compiled: Any) -> tuple[StageGraph, ...]:
+    """The graph after each stage from the last call of a compiled function
+    (``conveyor.compile`` result, or a module compiled with
+    ``torch.compile(..., backend="conveyor")``), stamped with the stage."""
+    from conveyor.dynamo import last_dynamo_graphs
+
+    if isinstance(compiled, Compiled):
+        if compiled.last is None:
+            raise ValueError("last_graphs: the compiled function has not been called yet")
+        return compiled.last.graphs
+    return last_dynamo_graphs()

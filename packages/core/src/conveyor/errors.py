@@ -1,0 +1,32 @@
+"""The errors conveyor raises. Every message names the stage (or config key) and the cause."""
+
+from __future__ import annotations
+
+
+class ConveyorError(Exception):
+    """Base class of every error conveyor raises on purpose."""
+
+
+class PipelineError(ConveyorError):
+    """The pipeline cannot be built: a cycle, a missing requirement, an unknown
+    stage name or option, no backend or several. Raised at pipeline build time."""
+
+
+class ConfigError(PipelineError):
+    """A configuration key, stage name or option value is not valid."""
+
+
+class StageError(ConveyorError, RuntimeError):
+    """A stage failed while compiling; the message names the stage and the cause.
+
+    A ``RuntimeError`` too, so code that expects what eager raises (e.g. an
+    in-place op on a leaf that requires grad) still catches it."""
+
+    def __init__(self, stage: str, cause: str) -> None:
+        super().__init__(f"conveyor stage {stage!r}: {cause}")
+        self.stage = stage
+        self.cause = cause
+
+
+class CaptureError(ConveyorError):
+    """The standalone capture (make_fx) could not trace the user's function."""

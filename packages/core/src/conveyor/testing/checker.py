@@ -1,0 +1,241 @@
+"""The one eager-vs-compiled checker every stage's tests use.
+
+``check(fn, *args, **kwargs)`` runs ``fn`` eagerly and compiled, each on its
+own clone of the inputs (clones keep which inputs share storage, which is a
+view of which, and leafness / requires_grad), and compares:
+
+* outputs: structure, values, dtype, sizes (and strides unless told not to);
+* aliasing: for every output, whether it *is* an input, and which inputs and
+  which other outputs it shares storage with;
+* inputs after the call: values, sizes, strides, storage offset, and which
+  inputs share storage with which;
+* gradients: of every input (and module parameter) that requires grad, after
+  a backward through a random weighting of the differentiable outputs.
+
+A mismatch raises ``AssertionError`` naming what differs and where.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What ``check`` compared (for tests that want more)."""
+
+    eager_out: Any
+    compiled_out: Any
+    compiled: Any
+
+
+def clone_inputs(leaves: Sequence[Any]) -> list[Any]:
+    """Clone the tensors among ``leaves``, keeping storage sharing, views and
+    leafness / requires_grad as they are among the originals."""
+    storages: dict[int, torch.UntypedStorage] = {}
+    roots: dict[int, torch.Tensor] = {}  # id(original root) -> clone
+    out: list[Any] = []
+
+    def materialize(t: torch.Tensor) -> torch.Tensor:
+        key = t.untyped_storage()._cdata
+        if key not in storages:
+            storages[key] = t.untyped_storage().clone()
+        with torch.no_grad():
+            fresh = torch.empty(0, dtype=t.dtype, device=t.device)
+            fresh.set_(storages[key], t.storage_offset(), t.size(), t.stride())
+        return fresh
+
+    def clone_root(r: torch.Tensor) -> torch.Tensor:
+        if id(r) not in roots:
+            c = materialize(r)
+            if r.requires_grad:
+                c.requires_grad_(True)
+                if not r.is_leaf:  # a non-leaf input: give it a history, as eager's has
+                    c = c * 1
+            roots[id(r)] = c
+        return roots[id(r)]
+
+    for v in leaves:
+        if not isinstance(v, torch.Tensor):
+            out.append(v)
+            continue
+        if v.layout is not torch.strided:
+            out.append(v.clone())
+            continue
+        if v._base is None:
+            out.append(clone_root(v))
+            continue
+        view = clone_root(v._base).as_strided(v.size(), v.stride(), v.storage_offset())
+        if v.is_leaf and v.requires_grad and not view.requires_grad:
+            view.requires_grad_(True)
+        out.append(view)
+    return out
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.layout is torch.strided and b.layout is torch.strided and (
+        a.untyped_storage()._cdata == b.untyped_storage()._cdata
+    )
+
+
+def _alias_facts(outs: Sequence[Any], ins: Sequence[Any]) -> list[tuple[Any, ...]]:
+    facts = []
+    for i, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            facts.append(("not a tensor",))
+            continue
+        is_input = tuple(j for j, x in enumerate(ins) if x is o)
+        views_input = tuple(j for j, x in enumerate(ins) if isinstance(x, torch.Tensor) and _shares(o, x))
+        views_output = tuple(
+            k for k, p in enumerate(outs) if k != i and isinstance(p, torch.Tensor) and _shares(o, p)
+        )
+        facts.append((is_input, views_input, views_output))
+    return facts
+
+
+def _input_sharing(ins: Sequence[Any]) -> list[tuple[int, ...]]:
+    tensors = [x if isinstance(x, torch.Tensor) else None for x in ins]
+    return [
+        tuple(j for j, y in enumerate(tensors) if y is not None and x is not None and _shares(x, y))
+        for x in tensors
+    ]
+
+
+def _compare_tensor(where: str, e: torch.Tensor, c: torch.Tensor, check_strides: bool, atol: float | None, rtol: float | None) -> None:
+    assert type(c) is type(e) or isinstance(c, type(e)), f"{where}: type {type(c).__name__} != eager {type(e).__name__}"
+    assert c.dtype == e.dtype, f"{where}: dtype {c.dtype} != eager {e.dtype}"
+    assert c.shape == e.shape, f"{where}: shape {tuple(c.shape)} != eager {tuple(e.shape)}"
+    if check_strides and e.layout is torch.strided and e.numel() > 1:
+        assert c.stride() == e.stride(), f"{where}: strides {c.stride()} != eager {e.stride()}"
+    torch.testing.assert_close(c.detach(), e.detach(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{where}: {m}")
+
+
+def check(
+    fn: Callable[..., Any],
+    *args: Any,
+    compile: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None,
+    check_strides: bool = True,
+    check_grads: bool = True,
+    atol: float | None = None,
+    rtol: float | None = None,
+    seed: int = 0,
+    **kwargs: Any,
+) -> Checked:
+    """Run ``fn(*args, **kwargs)`` eagerly and compiled and compare everything.
+
+    :param fn: a function or ``nn.Module`` (deep-copied for each side).
+    :param compile: how to compile (default ``conveyor.compile`` with the
+        configuration in force).
+    :raises AssertionError: on any difference.
+    """
+    import conveyor
+
+    compile = compile or conveyor.compile
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    eager_leaves = clone_inputs(leaves)
+    comp_leaves = clone_inputs(leaves)
+    if isinstance(fn, torch.nn.Module):
+        eager_fn: Any = copy.deepcopy(fn)
+        comp_module = copy.deepcopy(fn)
+        compiled = compile(comp_module)
+    else:
+        eager_fn, comp_module, compiled = fn, None, compile(fn)
+
+    e_args, e_kwargs = pytree.tree_unflatten(eager_leaves, spec)
+    c_args, c_kwargs = pytree.tree_unflatten(comp_leaves, spec)
+    torch.manual_seed(seed)
+    try:
+        eager_out = eager_fn(*e_args, **e_kwargs)
+    except Exception as eager_exc:
+        try:
+            compiled(*c_args, **c_kwargs)
+        except Exception as comp_exc:
+            assert isinstance(comp_exc, type(eager_exc)), (
+                f"eager raised {type(eager_exc).__name__}: {eager_exc}; compiled raised "
+                f"{type(comp_exc).__name__}: {comp_exc}"
+            )
+            return Checked(eager_exc, comp_exc, compiled)
+        raise AssertionError(f"eager raised {type(eager_exc).__name__}: {eager_exc}; compiled did not") from None
+    torch.manual_seed(seed)
+    comp_out = compiled(*c_args, **c_kwargs)
+
+    e_outs, e_spec = pytree.tree_flatten(eager_out)
+    c_outs, c_spec = pytree.tree_flatten(comp_out)
+    assert c_spec == e_spec, f"output structure {c_spec} != eager {e_spec}"
+    for i, (e, c) in enumerate(zip(e_outs, c_outs)):
+        if isinstance(e, torch.Tensor):
+            assert isinstance(c, torch.Tensor), f"output {i}: {type(c).__name__}, eager gave a tensor"
+            _compare_tensor(f"output {i}", e, c, check_strides, atol, rtol)
+            assert c.requires_grad == e.requires_grad, (
+                f"output {i}: requires_grad {c.requires_grad} != eager {e.requires_grad}"
+            )
+        else:
+            assert c == e, f"output {i}: {c!r} != eager {e!r}"
+
+    e_ins = list(eager_leaves)
+    c_ins = list(comp_leaves)
+    if comp_module is not None:
+        e_ins += list(eager_fn.parameters()) + list(eager_fn.buffers())
+        c_ins += list(comp_module.parameters()) + list(comp_module.buffers())
+    e_alias, c_alias = _alias_facts(e_outs, e_ins), _alias_facts(c_outs, c_ins)
+    for i, (ea, ca) in enumerate(zip(e_alias, c_alias)):
+        assert ca == ea, (
+            f"output {i} aliasing (is input, shares storage with inputs, with outputs): {ca} != eager {ea}"
+        )
+    for j, (e, c) in enumerate(zip(e_ins, c_ins)):
+        if isinstance(e, torch.Tensor):
+            _compare_tensor(f"input {j} after the call", e, c, True, atol, rtol)
+            assert c.storage_offset() == e.storage_offset(), (
+                f"input {j} after the call: storage offset {c.storage_offset()} != eager {e.storage_offset()}"
+            )
+    assert _input_sharing(c_ins) == _input_sharing(e_ins), (
+        f"inputs sharing storage after the call: {_input_sharing(c_ins)} != eager {_input_sharing(e_ins)}"
+    )
+
+    if check_grads:
+        _check_grads(e_outs, c_outs, e_ins, c_ins, atol, rtol, seed)
+    return Checked(eager_out, comp_out, compiled)
+
+
+def _check_grads(e_outs: list[Any], c_outs: list[Any], e_ins: list[Any], c_ins: list[Any], atol: float | None, rtol: float | None, seed: int) -> None:
+    pairs = [
+        (e, c)
+        for e, c in zip(e_outs, c_outs)
+        if isinstance(e, torch.Tensor) and e.requires_grad and (e.is_floating_point() or e.is_complex())
+    ]
+    if not pairs:
+        return
+    gen = torch.Generator().manual_seed(seed + 1)
+    weights = [torch.randn(e.shape, generator=gen, dtype=torch.float64).to(e.dtype) for e, _ in pairs]
+    e_loss = sum((e * w).sum() for (e, _), w in zip(pairs, weights))
+    c_loss = sum((c * w).sum() for (_, c), w in zip(pairs, weights))
+    e_targets = [x for x in e_ins if isinstance(x, torch.Tensor) and x.requires_grad]
+    c_targets = [x for x in c_ins if isinstance(x, torch.Tensor) and x.requires_grad]
+    # and the bases of inputs that view a leaf requiring grad
+    e_targets += _view_roots(e_ins, e_targets)
+    c_targets += _view_roots(c_ins, c_targets)
+    if not e_targets:
+        return
+    e_grads = torch.autograd.grad(e_loss, e_targets, allow_unused=True)
+    c_grads = torch.autograd.grad(c_loss, c_targets, allow_unused=True)
+    for k, (eg, cg) in enumerate(zip(e_grads, c_grads)):
+        if eg is None:
+            assert cg is None or not cg.any(), f"gradient {k}: compiled has a gradient, eager has none"
+            continue
+        assert cg is not None, f"gradient {k}: eager has a gradient, compiled has none"
+        torch.testing.assert_close(cg, eg, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"gradient {k}: {m}")
+
+
+def _view_roots(ins: list[Any], already: list[torch.Tensor]) -> list[torch.Tensor]:
+    roots: list[torch.Tensor] = []
+    for x in ins:
+        if isinstance(x, torch.Tensor) and x._base is not None and x._base.requires_grad and x._base.is_leaf:
+            if not any(x._base is r for r in already + roots):
+                roots.append(x._base)
+    return roots

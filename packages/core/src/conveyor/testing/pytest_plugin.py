@@ -1,0 +1,58 @@
+"""pytest fixtures for stage authors (loaded through the ``pytest11`` entry point)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from conveyor.hookspecs import hookimpl
+from conveyor.plugins import Plugins
+from conveyor.stage import StageSpec
+
+
+@pytest.fixture
+def fresh_plugins() -> Plugins:
+    """A plugin manager with only the core's builtin plugin (no entry points)."""
+    return Plugins()
+
+
+@pytest.fixture
+def installed_plugins() -> Plugins:
+    """A plugin manager with every installed entry-point plugin loaded."""
+    plugins = Plugins()
+    plugins.load_entry_points()
+    return plugins
+
+
+class _StagePlugin:
+    def __init__(self, specs: tuple[StageSpec, ...]) -> None:
+        self._specs = specs
+
+    @hookimpl
+    def conveyor_register_stages(self, register: Callable[[StageSpec], None]) -> None:
+        for spec in self._specs:
+            register(spec)
+
+
+@pytest.fixture
+def register_stages(installed_plugins: Plugins) -> Iterator[Callable[..., Plugins]]:
+    """``register_stages(spec, ...)`` adds stages to ``installed_plugins`` for
+    one test and returns that plugin manager; they are gone after the test."""
+    names: list[str] = []
+
+    def register(*specs: StageSpec, plugins: Plugins | None = None) -> Plugins:
+        target = plugins or installed_plugins
+        names.append(target.register(_StagePlugin(specs), name=f"test-stages-{len(names)}"))
+        return target
+
+    yield register
+    for name in names:
+        if installed_plugins.manager.has_plugin(name):
+            installed_plugins.unregister(name)
+
+
+def stage_plugin(*specs: StageSpec) -> Any:
+    """A plugin object that registers ``specs`` (for ``Plugins.register``)."""
+    return _StagePlugin(specs)
