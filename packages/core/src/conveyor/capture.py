@@ -23,6 +23,7 @@ import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from conveyor.errors import CaptureError
+from conveyor.grad_regions import GradModeTagger, detach_no_grad_results
 
 _FLOW_HINT = (
     "conveyor.compile traces with make_fx, which cannot follow Python control flow that "
@@ -113,7 +114,7 @@ def capture(
         )
         return tuple(v for v in out_leaves if isinstance(v, torch.Tensor))
 
-    graph = retrace(flat_fn, fake_inputs, fake_mode)
+    graph = trace_user(flat_fn, fake_inputs, fake_mode)
     return graph, CallLayout(
         layout.in_spec,
         layout.tensor_positions,
@@ -123,6 +124,17 @@ def capture(
         out_info["tensors"],
         out_info["constants"],
     )
+
+
+def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> torch.fx.GraphModule:
+    """Trace the user's flat program, keeping its ``no_grad`` regions
+    (see ``conveyor.grad_regions``)."""
+
+    def tagged(*flat: Any) -> Any:
+        with GradModeTagger():
+            return fn(*flat)
+
+    return detach_no_grad_results(retrace(tagged, fake_inputs, fake_mode), tuple(fake_inputs))
 
 
 def retrace(

@@ -20,7 +20,7 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from conveyor import cache
-from conveyor.capture import retrace
+from conveyor.capture import trace_user
 from conveyor.config import resolve
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn, Request
@@ -57,7 +57,7 @@ class DynamoCompiled:
             out = gm(*args)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
-        graph = retrace(flat_fn, fakes, fake_mode)
+        graph = trace_user(flat_fn, fakes, fake_mode)
         request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
         return self.pipeline.compile(request)
 

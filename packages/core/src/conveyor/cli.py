@@ -1,0 +1,68 @@
+"""The ``conveyor`` command: ``conveyor stages`` and ``conveyor demo``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from conveyor.config import resolve
+from conveyor.errors import ConveyorError
+from conveyor.pipeline import Pipeline
+
+
+def stages(args: argparse.Namespace) -> int:
+    """List discovered stages, their distributions, and the resolved order."""
+    config = resolve({"backend": args.backend} if args.backend else {})
+    pipeline = Pipeline(config)
+    order = {s.name: i for i, s in enumerate(pipeline.stages)}
+    rows = []
+    for name, reg in sorted(pipeline.available.items(), key=lambda kv: (order.get(kv[0], 1_000), kv[0])):
+        spec = reg.spec
+        if name in order:
+            state = f"{order[name] + 1}."
+            why = "backend" if spec.kind == "backend" else "enabled"
+        else:
+            state = "-"
+            if name in config.disable:
+                why = "disabled by config"
+            elif spec.kind == "backend":
+                why = "backend not chosen"
+            else:
+                why = "off by default (enable it in config)"
+        dist = f"{reg.distribution or reg.plugin} {reg.version or ''}".strip()
+        rows.append((state, name, spec.kind, why, dist, spec.description))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    print("order  stage / kind / status / distribution")
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + (f"  {r[5]}" if r[5] else ""))
+    print("\npipeline: " + " -> ".join(s.name for s in pipeline.stages))
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    from conveyor.demo import run_demo
+
+    return run_demo(steps=args.steps, backend=args.backend)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="conveyor", description="conveyor: a staged AOT compiler for PyTorch")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("stages", help="list stages, versions and the resolved pipeline order")
+    p.add_argument("--backend", default=None)
+    p.set_defaults(run=stages)
+    p = sub.add_parser("demo", help="compile and train a small model, compare with eager")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--backend", default=None)
+    p.set_defaults(run=demo)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args))
+    except ConveyorError as exc:
+        print(f"conveyor: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Keeping ``torch.no_grad()`` regions when capturing below autograd.
+
+``make_fx`` traces below autograd, so a region the user ran under
+``torch.no_grad()`` leaves no trace in the graph: replayed with grad on, its
+results would require grad and pull gradients that eager never computes.
+During capture we tag each node with the grad mode it was traced under; then
+``detach_no_grad_results`` puts an ``aten.detach`` after each no-grad result
+that would otherwise carry grad, so every later trace (functionalized, joint)
+and every backend sees the same semantics as eager.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+GRAD_META = "conveyor_grad_enabled"
+
+
+class GradModeTagger(TorchDispatchMode):
+    """Pushed inside a ``make_fx`` trace: tags the nodes each op creates with
+    ``torch.is_grad_enabled()`` at the time of the call."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        mode = get_proxy_mode()
+        graph = mode.tracer.graph if mode is not None else None
+        last = next(iter(reversed(graph.nodes)), None) if graph is not None else None
+        out = func(*args, **(kwargs or {}))
+        if graph is not None and not torch.is_grad_enabled():
+            node = graph._root.prev
+            while node is not last and node is not graph._root:
+                node.meta[GRAD_META] = False
+                node = node.prev
+        return out
+
+
+def _writes(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.GraphModule:
+    """Insert ``aten.detach`` after no-grad results that would otherwise
+    require grad when the graph is replayed with grad enabled."""
+    would_require: dict[torch.fx.Node, bool] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, inputs):
+        would_require[node] = isinstance(value, torch.Tensor) and value.requires_grad
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        from_grad = any(would_require.get(a, False) for a in node.all_input_nodes)
+        if node.meta.get(GRAD_META, True) or _writes(node):
+            would_require[node] = from_grad
+            continue
+        would_require[node] = False
+        val = node.meta.get("val")
+        if from_grad and isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex()):
+            with gm.graph.inserting_after(node):
+                detached = gm.graph.call_function(torch.ops.aten.detach.default, (node,))
+            detached.meta["val"] = val
+            node.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)
+            changed = True
+    if changed:
+        gm.recompile()
+    return gm
