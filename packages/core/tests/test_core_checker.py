@@ -1,0 +1,84 @@
+"""The checker must catch each kind of planted bug, and pass the honest compile."""
+
+import pytest
+import torch
+
+from conveyor.testing import check, clone_inputs
+
+
+def planted(bug):
+    return lambda fn: (lambda *args: bug(fn, *args))
+
+
+def test_catches_a_wrong_output():
+    with pytest.raises(AssertionError, match="output 0"):
+        check(lambda x: x * 2, torch.randn(3), compile=planted(lambda f, x: f(x) + 1e-3))
+
+
+def test_catches_a_missed_input_mutation():
+    def f(x):
+        x.add_(1)
+        return x.sum()
+
+    with pytest.raises(AssertionError, match="input 0 after the call"):
+        check(f, torch.randn(3), compile=planted(lambda f, x: f(x.clone())))
+
+
+def test_catches_a_wrong_alias_relation():
+    with pytest.raises(AssertionError, match="output 0 aliasing"):
+        check(lambda x: x.view(-1), torch.randn(2, 2), compile=planted(lambda f, x: f(x).clone()))
+
+
+def test_catches_an_output_that_should_be_the_input_object():
+    with pytest.raises(AssertionError, match="output 0 aliasing"):
+        check(lambda x: x, torch.randn(2), compile=planted(lambda f, x: x.view_as(x)))
+
+
+def test_catches_a_wrong_gradient():
+    def extra_grad(f, x):
+        return f(x) + (x * x - (x * x).detach())
+
+    with pytest.raises(AssertionError, match="gradient 0"):
+        check(lambda x: x.sin(), torch.randn(3, requires_grad=True), compile=planted(extra_grad))
+
+
+def test_catches_wrong_strides_and_metadata():
+    with pytest.raises(AssertionError, match="strides"):
+        check(lambda x: x.t(), torch.randn(2, 3), compile=planted(lambda f, x: f(x).contiguous()))
+
+    def f(x):
+        x.t_()
+        return x + 1
+
+    with pytest.raises(AssertionError, match="input 0 after the call: shape"):
+        check(f, torch.randn(2, 3), compile=planted(lambda f, x: f(x.view_as(x))))
+
+
+def test_exceptions_must_match():
+    def f(x):
+        x.add_(1)  # a leaf that requires grad: eager raises
+        return x
+
+    check(f, torch.randn(2, requires_grad=True), compile=lambda fn: fn)
+    with pytest.raises(AssertionError, match="compiled did not"):
+        check(f, torch.randn(2, requires_grad=True), compile=planted(lambda f, x: f(x.detach().clone())))
+
+
+def test_clones_keep_views_sharing_and_leafness():
+    base = torch.randn(4, 4, requires_grad=True)
+    other = torch.randn(3)
+    a, b, c, d = clone_inputs([base, base[1], base.t(), other])
+    assert a.is_leaf and a.requires_grad and a is not base
+    assert b._base is a and c._base is a and not b.is_leaf
+    assert b.untyped_storage()._cdata == a.untyped_storage()._cdata
+    assert d.untyped_storage()._cdata != other.untyped_storage()._cdata
+    assert (b.storage_offset(), c.stride()) == (4, (1, 4))
+    torch.testing.assert_close(b, base[1])
+
+
+def test_honest_compile_passes_with_mutation_views_and_grads():
+    def f(x, y):
+        y.mul_(2)
+        return x.t(), x * y.sum()
+
+    check(f, torch.randn(2, 3, requires_grad=True), torch.randn(3), compile=lambda fn: fn)

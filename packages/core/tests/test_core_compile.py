@@ -1,0 +1,152 @@
+import pytest
+import torch
+from core_helpers import Passthrough, wrapper
+
+import conveyor
+from conveyor import CaptureError, Plugins, StageError
+from conveyor.testing import check
+from conveyor.testing.pytest_plugin import stage_plugin
+
+
+@pytest.fixture
+def counted():
+    """A pipeline with a pass-through stage that counts compiles and calls."""
+    stage = Passthrough()
+    plugins = Plugins()
+    plugins.register(stage_plugin(wrapper("counter", impl=stage)), name="counter")
+    return stage, plugins
+
+
+def test_pytree_inputs_and_outputs():
+    def f(xs, scale, *, opts):
+        return {"sum": xs[0] + xs[1] * scale, "pair": (xs[0].sin(), opts["tag"]), "none": None}
+
+    x, y = torch.randn(3), torch.randn(3)
+    out = conveyor.compile(f)([x, y], 2.0, opts={"tag": "t"})
+    assert out["pair"][1] == "t" and out["none"] is None
+    torch.testing.assert_close(out["sum"], x + y * 2.0)
+    check(f, [x, y], 2.0, opts={"tag": "t"})
+
+
+def test_module_parameters_and_buffers_are_lifted(counted):
+    stage, plugins = counted
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3).eval())
+    c = conveyor.compile(m, plugins=plugins)
+    c(torch.randn(2, 4))
+    names = [n.name for n in stage.seen[0].graph.graph.nodes if n.op == "placeholder"]
+    assert len(names) == 2 + 2 + 3 + 1  # linear params, bn params, bn buffers, the input
+    check(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()), torch.randn(2, 4))
+
+
+def test_module_sees_parameter_updates_without_recompiling(counted):
+    stage, plugins = counted
+    m = torch.nn.Linear(3, 3)
+    c = conveyor.compile(m, plugins=plugins)
+    x = torch.randn(2, 3)
+    c(x)
+    with torch.no_grad():
+        m.weight.add_(1.0)
+    torch.testing.assert_close(c(x), m(x))
+    assert len(stage.seen) == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["dtype", "size", "stride", "requires_grad", "grad_mode", "aliasing", "constant", "structure", "training"],
+)
+def test_cache_hit_and_miss_on_each_key_component(counted, change):
+    stage, plugins = counted
+
+    def f(a, b, k=1):
+        return a + b * k
+
+    m = torch.nn.Dropout(0.0)
+    c = conveyor.compile(f, plugins=plugins)
+    cm = conveyor.compile(m, plugins=plugins)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    c(a, b)
+    c(a.clone(), b.clone())  # same key: a hit
+    assert len(stage.seen) == 1
+    call = {
+        "dtype": lambda: c(a.double(), b.double()),
+        "size": lambda: c(torch.randn(5, 4), torch.randn(5, 4)),
+        "stride": lambda: c(a.t(), b),
+        "requires_grad": lambda: c(a.requires_grad_(), b),
+        "grad_mode": lambda: torch.no_grad()(c)(a, b),
+        "aliasing": lambda: c(a, a[0]),
+        "constant": lambda: c(a, b, k=2),
+        "structure": lambda: c(a, b=b),
+        "training": lambda: cm.eval()(a),
+    }[change]
+    if change == "training":
+        cm(a)
+        seen = len(stage.seen)
+        m.eval()
+        cm(a)
+        assert len(stage.seen) == seen + 1
+        return
+    call()
+    assert len(stage.seen) == 2
+
+
+def test_changed_constant_is_never_a_wrong_artifact():
+    f = conveyor.compile(lambda x, k: x * k)
+    x = torch.ones(2)
+    assert f(x, 2).tolist() == [2, 2]
+    assert f(x, 3).tolist() == [3, 3]
+
+
+def test_unhashable_constant_is_a_clear_error():
+    class Opaque:
+        __hash__ = None
+
+    with pytest.raises(CaptureError, match="type Opaque is specialized by value and must be hashable"):
+        conveyor.compile(lambda x, o: x + 1)(torch.ones(1), Opaque())
+
+
+def test_data_dependent_control_flow_points_to_torch_compile():
+    def f(x):
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+    with pytest.raises(CaptureError, match=r"torch.compile\(fn, backend='conveyor'\)"):
+        conveyor.compile(f)(torch.ones(3))
+
+
+def test_stage_failure_names_the_stage():
+    class Broken:
+        def lower(self, request, options):
+            raise ValueError("no can do")
+
+    plugins = Plugins()
+    plugins.register(stage_plugin(wrapper("broken", impl=Broken())), name="broken")
+    with pytest.raises(StageError, match="conveyor stage 'broken': ValueError: no can do"):
+        conveyor.compile(lambda x: x + 1, plugins=plugins)(torch.ones(1))
+
+
+def test_no_grad_region_keeps_eager_semantics():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+        return y + x, y
+
+    check(f, torch.randn(3, requires_grad=True))
+
+
+def test_last_graphs_are_stamped_by_stage(counted):
+    stage, plugins = counted
+    c = conveyor.compile(lambda x: x.cos(), plugins=plugins)
+    with pytest.raises(ValueError, match="not been called"):
+        conveyor.last_graphs(c)
+    c(torch.randn(2))
+    assert [(g.stage, g.label) for g in conveyor.last_graphs(c)] == [
+        ("capture", "forward"), ("counter", "forward"), ("eager", "forward")
+    ]
+    assert "aten.cos" in str(conveyor.last_graphs(c)[-1])
+
+
+def test_log_switch_prints_graphs(monkeypatch, capsys):
+    monkeypatch.setenv("CONVEYOR_LOG_GRAPHS", "1")
+    conveyor.compile(lambda x: x.tan())(torch.randn(2))
+    assert "# after capture (forward)" in capsys.readouterr().err

@@ -1,0 +1,55 @@
+import pytest
+
+from conveyor import ConfigError, resolve
+from conveyor.config import Config
+
+
+def write_pyproject(tmp_path, body):
+    (tmp_path / "pyproject.toml").write_text(body)
+    sub = tmp_path / "deep" / "er"
+    sub.mkdir(parents=True)
+    return sub
+
+
+def test_precedence_defaults_pyproject_env_arguments(tmp_path):
+    start = write_pyproject(
+        tmp_path,
+        '[tool.conveyor]\nbackend = "from_file"\ndisable = ["a"]\n[tool.conveyor.stages.s]\nx = 1\ny = 1\n',
+    )
+    assert resolve(environ={}, start=tmp_path.parent / "nowhere").backend is None  # defaults
+    c = resolve(environ={}, start=start)
+    assert (c.backend, c.disable, c.stages["s"]) == ("from_file", ("a",), {"x": 1, "y": 1})
+    c = resolve(environ={"CONVEYOR_BACKEND": "from_env", "CONVEYOR_DISABLE": "b, c"}, start=start)
+    assert (c.backend, c.disable) == ("from_env", ("b", "c"))
+    c = resolve({"backend": "from_args", "stages": {"s": {"y": 2}}}, environ={"CONVEYOR_BACKEND": "from_env"}, start=start)
+    assert c.backend == "from_args"
+    assert c.stages["s"] == {"x": 1, "y": 2}
+
+
+def test_later_enable_overrides_earlier_disable(tmp_path):
+    start = write_pyproject(tmp_path, '[tool.conveyor]\ndisable = ["a", "b"]\n')
+    c = resolve({"enable": ["a"]}, environ={}, start=start)
+    assert c.enable == ("a",) and c.disable == ("b",)
+
+
+def test_unknown_keys_list_valid_ones(tmp_path):
+    start = write_pyproject(tmp_path, "[tool.conveyor]\nbakend = 'x'\n")
+    with pytest.raises(ConfigError, match=r"pyproject.toml\): unknown key\(s\) \['bakend'\]; valid keys are \[.*'backend'"):
+        resolve(environ={}, start=start)
+    (tmp_path / "pyproject.toml").write_text("[tool.conveyor]\n")
+    with pytest.raises(ConfigError, match=r"arguments\): unknown key\(s\) \['stagez'\]"):
+        resolve({"stagez": {}}, environ={}, start=start)
+
+
+def test_env_autoload_and_plugin_lists():
+    c = resolve(environ={"CONVEYOR_AUTOLOAD": "0", "CONVEYOR_PLUGINS": "x,y", "CONVEYOR_BLOCK_PLUGINS": "z"})
+    assert (c.autoload, c.plugins, c.block_plugins) == (False, ("x", "y"), ("z",))
+
+
+def test_bad_values_are_errors():
+    with pytest.raises(ConfigError, match="list of stage names"):
+        Config().merged({"enable": 3}, "arguments")
+    with pytest.raises(ConfigError, match="both enabled and disabled"):
+        Config(enable=("a",), disable=("a",))
+    with pytest.raises(ConfigError, match="option tables"):
+        Config().merged({"stages": {"a": 1}}, "arguments")

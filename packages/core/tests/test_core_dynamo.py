@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+import conveyor
+from conveyor.testing import check
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_backend_is_registered_through_the_entry_point():
+    assert "conveyor" in torch._dynamo.list_backends()
+
+
+def test_module_compiles_and_matches_eager_with_grads():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    check(m, torch.randn(3, 4), compile=lambda mod: torch.compile(mod, backend="conveyor"))
+    graphs = conveyor.last_graphs(torch.compile(m, backend="conveyor"))
+    assert graphs[0].stage == "capture" and graphs[-1].stage == "eager"
+
+
+def test_options_pass_through_and_are_checked():
+    f = torch.compile(lambda x: x + 1, backend="conveyor", options={"backend": "eager"})
+    assert f(torch.ones(2)).tolist() == [2, 2]
+    bad = torch.compile(lambda x: x + 1, backend="conveyor", options={"bakend": "eager"})
+    with pytest.raises(Exception, match=r"unknown key\(s\) \['bakend'\]"):
+        bad(torch.ones(2))
+
+
+def test_data_dependent_branch_works_under_dynamo():
+    def f(x):
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+    f_c = torch.compile(f, backend="conveyor")
+    assert f_c(torch.ones(2)).tolist() == [2, 2]
+    assert f_c(-torch.ones(2)).tolist() == [-2, -2]
+
+
+def test_no_grad_region_under_dynamo():
+    def f(x):
+        with torch.no_grad():
+            y = x * 2
+        return y + x
+
+    check(f, torch.randn(3, requires_grad=True), compile=lambda fn: torch.compile(fn, backend="conveyor"))
