@@ -54,7 +54,22 @@ class CallLayout:
     out_tensor_positions: tuple[int, ...] = ()
     out_constants: tuple[tuple[int, Any], ...] = ()
 
+    def __post_init__(self) -> None:
+        # outputs that are one tensor or a flat tuple of tensors skip pytree per call
+        fast = None
+        if self.out_spec is not None and not self.out_constants:
+            if self.out_spec.is_leaf():
+                fast = "single"
+            elif self.out_spec.type is tuple and all(c.is_leaf() for c in self.out_spec.children()):
+                fast = "tuple"
+        object.__setattr__(self, "_fast_out", fast)
+
     def unflatten_outputs(self, flat_outs: Sequence[Any]) -> Any:
+        fast = self._fast_out  # type: ignore[attr-defined]
+        if fast == "single":
+            return flat_outs[0]
+        if fast == "tuple":
+            return tuple(flat_outs)
         assert self.out_spec is not None
         leaves: list[Any] = [None] * (len(self.out_tensor_positions) + len(self.out_constants))
         for pos, value in zip(self.out_tensor_positions, flat_outs):

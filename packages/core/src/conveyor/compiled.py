@@ -54,11 +54,17 @@ class Compiled:
             state_names, state = lifted_state(self.module)
         else:
             state_names, state = [], []
-        leaves, in_spec = pytree.tree_flatten((args, kwargs))
-        tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
-        constants = tuple((i, v) for i, v in enumerate(leaves) if not isinstance(v, torch.Tensor))
+        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            # the common case, without pytree's cost: positional tensors only
+            leaves, in_spec = list(args), _positional_spec(len(args))
+            tensors, constants, spec_key = leaves, (), len(args)
+        else:
+            leaves, in_spec = pytree.tree_flatten((args, kwargs))
+            tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
+            constants = tuple((i, v) for i, v in enumerate(leaves) if not isinstance(v, torch.Tensor))
+            spec_key = in_spec
         flat = [*state, *tensors]
-        key = self._key(flat, in_spec, constants)
+        key = self._key(flat, spec_key, constants)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(flat, state_names, in_spec, leaves, constants)
@@ -67,7 +73,7 @@ class Compiled:
         outs = entry.compiled(flat)
         return entry.layout.unflatten_outputs(outs)
 
-    def _key(self, flat: Sequence[Any], in_spec: Any, constants: tuple[tuple[int, Any], ...]) -> Hashable:
+    def _key(self, flat: Sequence[Any], spec_key: Hashable, constants: tuple[tuple[int, Any], ...]) -> Hashable:
         try:
             hash(constants)
         except TypeError as exc:
@@ -77,7 +83,7 @@ class Compiled:
             ) from exc
         stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
         training = tuple(m.training for m in self._modules)
-        return (in_spec, constants, training, cache.call_key(flat), stage_keys)
+        return (spec_key, constants, training, cache.call_key(flat), stage_keys)
 
     # -- a cache miss -------------------------------------------------------
     def _compile(
@@ -111,6 +117,11 @@ class Compiled:
                     self._pipelines["triton"] = self.pipeline.with_backend("triton")
                 return self._pipelines["triton"]
         return self.pipeline
+
+
+@functools.lru_cache(maxsize=64)
+def _positional_spec(n: int) -> pytree.TreeSpec:
+    return pytree.tree_flatten((tuple(range(n)), {}))[1]
 
 
 def _hashable(v: Any) -> bool:
