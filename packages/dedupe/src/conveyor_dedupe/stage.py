@@ -1,0 +1,58 @@
+"""The dedupe stage: the same tensor passed in several positions becomes one
+graph input.
+
+Compile time: the inner graph takes each distinct tensor once; it is traced
+from a function that repeats each tensor in every position it was passed in
+and runs the received graph, so every op, in-place ones included, applies to
+the one tensor in program order, as in eager.
+
+Run time: the prologue drops the repeated arguments; there is no epilogue
+(mutations of the one tensor are mutations of every position).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch.fx
+
+from conveyor import CompiledFn, Lowering, Request
+from conveyor_dedupe import fakes
+from conveyor_dedupe.mapping import DedupeMap, first_positions
+
+
+class Dedupe:
+    """The stage implementation (``lower``)."""
+
+    def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
+        mapping = DedupeMap.from_first_positions(first_positions(request.inputs))
+        if not mapping.has_duplicates:
+            return Lowering.passthrough(request)
+        fakes.restore(request.inputs, fakes.placeholder_metadata(request.graph), request.fake_mode)
+        inner_inputs = tuple(mapping.to_inner(request.inputs))
+        graph = fakes.trace(_expanding(request.graph, mapping), inner_inputs, request.fake_mode)
+        inner = request.replace(graph=graph, inputs=inner_inputs)
+        return Lowering((inner,), lambda compiled: _deduping(compiled, mapping))
+
+
+def _expanding(graph: torch.fx.GraphModule, mapping: DedupeMap) -> Any:
+    def expanded(*inner: Any) -> tuple[Any, ...]:
+        return tuple(graph(*mapping.to_outer(inner)))
+
+    return expanded
+
+
+def _deduping(compiled: CompiledFn, mapping: DedupeMap) -> CompiledFn:
+    def run(args: list[Any]) -> Sequence[Any]:
+        inner = mapping.to_inner(args)
+        args.clear()
+        return compiled(inner)
+
+    return run
+
+
+def cache_key(flat: Sequence[Any]) -> tuple[int, ...]:
+    """Which flat arguments are the same tensor object: ``f(x, x)`` and
+    ``f(x, y)`` compile separately."""
+    return first_positions(flat)
