@@ -45,7 +45,7 @@ def test_entry_point_plugin_is_discovered_with_its_version(installed_dist):
     plugins.load_entry_points(block=("broken",))
     stage = plugins.stages()["marker"]
     assert (stage.distribution, stage.version) == ("conveyor-testplugin", "1.2.3")
-    assert [s.name for s in Pipeline(Config(), plugins).stages][0] == "marker"
+    assert "marker" in [s.name for s in Pipeline(Config(), plugins).stages]
 
 
 def test_allow_and_block_lists(installed_dist):

@@ -79,6 +79,34 @@ class CallLayout:
         return pytree.tree_unflatten(leaves, self.out_spec)
 
 
+class ModuleState:
+    """A module's parameters and buffers, gathered cheaply on every call.
+
+    The list of submodules is kept between calls and re-read only when a
+    module's children change; the tensors are read fresh each call, in the
+    order of ``lifted_state`` (parameters of every submodule, then buffers).
+    """
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.modules = tuple(m for _, m in self.module.named_modules(remove_duplicate=False))
+        self._children = tuple(tuple(m._modules.values()) for m in self.modules)
+
+    def tensors(self) -> list[torch.Tensor]:
+        for m, children in zip(self.modules, self._children):
+            if len(m._modules) != len(children) or any(a is not b for a, b in zip(m._modules.values(), children)):
+                self._refresh()
+                break
+        params = [p for m in self.modules for p in m._parameters.values() if p is not None]
+        return params + [b for m in self.modules for b in m._buffers.values() if b is not None]
+
+    def training(self) -> tuple[bool, ...]:
+        return tuple(m.training for m in self.modules)
+
+
 def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
     """A module's parameters and buffers, in a stable order, lifted as inputs."""
     names: list[str] = []

@@ -16,7 +16,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conveyor import cache
-from conveyor.capture import CallLayout, capture, lifted_state
+from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError
 from conveyor.pipeline import Pipeline, StageGraph
@@ -42,7 +42,7 @@ class Compiled:
         self.module = fn if isinstance(fn, torch.nn.Module) else None
         self.config = config
         self.pipeline = Pipeline(config, plugins)  # fails loudly here, at build time
-        self._modules = tuple(self.module.modules()) if self.module is not None else ()
+        self._state = ModuleState(self.module) if self.module is not None else None
         self._cache: dict[Hashable, Entry] = {}
         self._pipelines: dict[str, Pipeline] = {self.pipeline.backend.name: self.pipeline}
         self.last: Entry | None = None
@@ -50,10 +50,7 @@ class Compiled:
 
     # -- the per-call path -------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.module is not None:
-            state_names, state = lifted_state(self.module)
-        else:
-            state_names, state = [], []
+        state = self._state.tensors() if self._state is not None else []
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             # the common case, without pytree's cost: positional tensors only
             leaves, in_spec = list(args), _positional_spec(len(args))
@@ -67,6 +64,7 @@ class Compiled:
         key = self._key(flat, spec_key, constants)
         entry = self._cache.get(key)
         if entry is None:
+            state_names = lifted_state(self.module)[0] if self.module is not None else []
             entry = self._compile(flat, state_names, in_spec, leaves, constants)
             self._cache[key] = entry
         self.last = entry
@@ -82,7 +80,7 @@ class Compiled:
                 f"capture: a non-tensor argument of type {bad} is specialized by value and must be hashable"
             ) from exc
         stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
-        training = tuple(m.training for m in self._modules)
+        training = self._state.training() if self._state is not None else ()
         return (spec_key, constants, training, cache.call_key(flat), stage_keys)
 
     # -- a cache miss -------------------------------------------------------
