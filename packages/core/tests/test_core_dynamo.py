@@ -49,3 +49,26 @@ def test_no_grad_region_under_dynamo():
         return y + x
 
     check(f, torch.randn(3, requires_grad=True), compile=lambda fn: torch.compile(fn, backend="conveyor"))
+
+
+def test_dynamic_shapes_compile_once_and_stay_symbolic():
+    def f(x, y):
+        return (x * y).sum(0) + x.shape[0]
+
+    f_c = torch.compile(f, backend="conveyor", dynamic=True)
+    for n in (3, 5, 7):
+        x, y = torch.randn(n, 4), torch.randn(n, 4)
+        torch.testing.assert_close(f_c(x, y), f(x, y))
+    code = conveyor.last_graphs(f_c)[0].graph.code
+    assert ", 7)" not in code  # the size is an input, not a constant
+
+
+def test_aliasing_pattern_not_seen_at_lowering_recompiles_statically():
+    def f(a, b):
+        a.mul_(2)
+        return a + b
+
+    f_c = torch.compile(f, backend="conveyor")
+    base = torch.arange(8.0)
+    check(f, torch.arange(4.0), torch.ones(4), compile=lambda fn: f_c)
+    check(f, base[:4], base[4:], compile=lambda fn: f_c)  # disjoint views of one storage

@@ -14,12 +14,14 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 
 def tensor_key(t: torch.Tensor, shapes: bool = True) -> Hashable:
+    kind = torch.Tensor if isinstance(t, FakeTensor) else type(t)  # a fake stands for a real tensor
     if shapes:
         return (
-            type(t),
+            kind,
             t.dtype,
             t.device,
             t.layout,
@@ -29,7 +31,7 @@ def tensor_key(t: torch.Tensor, shapes: bool = True) -> Hashable:
             t.requires_grad,
             t.is_leaf,
         )
-    return (type(t), t.dtype, t.device, t.requires_grad, t.is_leaf)
+    return (kind, t.dtype, t.device, t.requires_grad, t.is_leaf)
 
 
 def storage_groups(flat: Sequence[Any]) -> tuple[int, ...]:
@@ -49,6 +51,15 @@ def call_key(flat: Sequence[Any], shapes: bool = True) -> Hashable:
     """The core part of the key for one call's flat graph inputs."""
     return (
         torch.is_grad_enabled(),
-        tuple(tensor_key(t, shapes) if isinstance(t, torch.Tensor) else type(t) for t in flat),
+        tuple(tensor_key(t, shapes) if isinstance(t, torch.Tensor) else _scalar_kind(t) for t in flat),
         storage_groups(flat),
     )
+
+
+def _scalar_kind(v: Any) -> Hashable:
+    """A non-tensor graph input (dynamo passes sizes as ints, SymInts while tracing)."""
+    if isinstance(v, (int, torch.SymInt)):
+        return "int"
+    if isinstance(v, (float, torch.SymFloat)):
+        return "float"
+    return type(v)

@@ -43,12 +43,16 @@ class DynamoCompiled:
         self.pipeline = pipeline
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         fakes = [_fakeify(x, fake_mode) for x in example_inputs]
-        self._entries: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]]] = {}
-        self._entries[self._key(fakes)] = self._compile(fakes, fake_mode)
+        # the specialization dynamo compiled for: any sizes dynamo's guards allow
+        self._lowered_key = self._key(fakes, shapes=False)
+        self._lowered = self._compile(fakes, fake_mode)
+        # other grad modes / aliasing patterns: compiled statically, keyed by shapes too
+        self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]]] = {}
 
-    def _key(self, flat: Sequence[Any]) -> Hashable:
+    def _key(self, flat: Sequence[Any], shapes: bool) -> Hashable:
         stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
-        return (cache.call_key(flat, shapes=False), stage_keys)
+        values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
+        return (cache.call_key(flat, shapes=shapes), stage_keys, values)
 
     def _compile(self, fakes: Sequence[Any], fake_mode: Any) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
         gm = self.gm
@@ -62,12 +66,15 @@ class DynamoCompiled:
         return self.pipeline.compile(request)
 
     def __call__(self, *args: Any) -> Sequence[Any]:
-        key = self._key(args)
-        entry = self._entries.get(key)
-        if entry is None:
-            fake_mode = FakeTensorMode()
-            fakes = [_fakeify(x, fake_mode, static=True) for x in args]
-            entry = self._entries[key] = self._compile(fakes, fake_mode)
+        if self._key(args, shapes=False) == self._lowered_key:
+            entry = self._lowered
+        else:
+            key = self._key(args, shapes=True)
+            entry = self._static.get(key)  # type: ignore[assignment]
+            if entry is None:
+                fake_mode = FakeTensorMode()
+                fakes = [_fakeify(x, fake_mode, static=True) for x in args]
+                entry = self._static[key] = self._compile(fakes, fake_mode)
         _last_graphs[0] = entry[1]
         return entry[0](list(args))
 
