@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from conveyor.testing import check, clone_inputs
 
 

@@ -1,11 +1,10 @@
+import conveyor
 import pytest
 import torch
-from core_helpers import Passthrough, wrapper
-
-import conveyor
 from conveyor import CaptureError, Plugins, StageError
 from conveyor.testing import check
 from conveyor.testing.pytest_plugin import stage_plugin
+from core_helpers import Passthrough, wrapper
 
 
 @pytest.fixture
@@ -150,3 +149,20 @@ def test_log_switch_prints_graphs(monkeypatch, capsys):
     monkeypatch.setenv("CONVEYOR_LOG_GRAPHS", "1")
     conveyor.compile(lambda x: x.tan())(torch.randn(2))
     assert "# after capture (forward)" in capsys.readouterr().err
+
+
+def test_new_style_wrapper_hook_sees_every_stage_run(counted):
+    stage, plugins = counted
+    seen = []
+
+    class Timer:
+        @conveyor.hookimpl(wrapper=True)
+        def conveyor_run_stage(self, stage, request, options):
+            result = yield
+            seen.append((stage.name, request.label, type(result).__name__))
+            return result
+
+    plugins.register(Timer(), name="timer")
+    conveyor.compile(lambda x: x.exp(), plugins=plugins)(torch.randn(2))
+    assert [(n, lbl) for n, lbl, _ in seen] == [("counter", "forward"), ("eager", "forward")]
+    assert seen[0][2] == "Lowering"

@@ -1,5 +1,4 @@
 import pytest
-
 from conveyor import ConfigError, resolve
 from conveyor.config import Config
 

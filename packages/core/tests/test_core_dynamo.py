@@ -1,7 +1,6 @@
+import conveyor
 import pytest
 import torch
-
-import conveyor
 from conveyor.testing import check
 
 

@@ -1,13 +1,12 @@
 import itertools
 
 import pytest
-from core_helpers import backend, wrapper
-
 from conveyor import Config, PipelineError, Plugins
 from conveyor.errors import ConfigError
 from conveyor.ordering import select, toposort
 from conveyor.pipeline import Pipeline
 from conveyor.testing.pytest_plugin import stage_plugin
+from core_helpers import backend, wrapper
 
 
 def names(stages):

@@ -4,9 +4,8 @@ distribution (a dist-info folder on sys.path, as pip leaves one)."""
 import sys
 import textwrap
 
-import pytest
-
 import conveyor
+import pytest
 from conveyor import Config, PipelineError, Plugins
 from conveyor.pipeline import Pipeline
 

@@ -56,7 +56,7 @@ def call_key(flat: Sequence[Any], shapes: bool = True) -> Hashable:
     )
 
 
-def _scalar_kind(v: Any) -> Hashable:
+def _scalar_kind(v: Any) -> Any:
     """A non-tensor graph input (dynamo passes sizes as ints, SymInts while tracing)."""
     if isinstance(v, (int, torch.SymInt)):
         return "int"

@@ -72,7 +72,7 @@ class CallLayout:
             return tuple(flat_outs)
         assert self.out_spec is not None
         leaves: list[Any] = [None] * (len(self.out_tensor_positions) + len(self.out_constants))
-        for pos, value in zip(self.out_tensor_positions, flat_outs):
+        for pos, value in zip(self.out_tensor_positions, flat_outs, strict=False):
             leaves[pos] = value
         for pos, value in self.out_constants:
             leaves[pos] = value
@@ -96,8 +96,8 @@ class ModuleState:
         self._children = tuple(tuple(m._modules.values()) for m in self.modules)
 
     def tensors(self) -> list[torch.Tensor]:
-        for m, children in zip(self.modules, self._children):
-            if len(m._modules) != len(children) or any(a is not b for a, b in zip(m._modules.values(), children)):
+        for m, children in zip(self.modules, self._children, strict=False):
+            if len(m._modules) != len(children) or any(a is not b for a, b in zip(m._modules.values(), children, strict=False)):
                 self._refresh()
                 break
         params = [p for m in self.modules for p in m._parameters.values() if p is not None]
@@ -111,6 +111,7 @@ def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]
     """A module's parameters and buffers, in a stable order, lifted as inputs."""
     names: list[str] = []
     tensors: list[torch.Tensor] = []
+    t: torch.Tensor
     for name, t in module.named_parameters(remove_duplicate=False):
         names.append(name)
         tensors.append(t)
@@ -139,13 +140,13 @@ def capture(
     def flat_fn(*flat: Any) -> tuple[Any, ...]:
         state, user = flat[: layout.n_lifted], flat[layout.n_lifted :]
         leaves: list[Any] = [None] * (len(layout.tensor_positions) + len(layout.constants))
-        for pos, value in zip(layout.tensor_positions, user):
+        for pos, value in zip(layout.tensor_positions, user, strict=False):
             leaves[pos] = value
         for pos, value in layout.constants:
             leaves[pos] = value
         args, kwargs = pytree.tree_unflatten(leaves, layout.in_spec)
         if module is not None:
-            params = dict(zip(state_names, state))
+            params = dict(zip(state_names, state, strict=False))
             out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
         else:
             out = fn(*args, **kwargs)

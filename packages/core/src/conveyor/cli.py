@@ -35,7 +35,7 @@ def stages(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     print("order  stage / kind / status / distribution")
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + (f"  {r[5]}" if r[5] else ""))
+        print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=False)) + (f"  {r[5]}" if r[5] else ""))
     print("\npipeline: " + " -> ".join(s.name for s in pipeline.stages))
     return 0
 

@@ -51,6 +51,8 @@ class Compiled:
     # -- the per-call path -------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = self._state.tensors() if self._state is not None else []
+        constants: tuple[tuple[int, Any], ...]
+        spec_key: Hashable
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             # the common case, without pytree's cost: positional tensors only
             leaves, in_spec = list(args), _positional_spec(len(args))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,7 +34,7 @@ def run_demo(steps: int = 5, backend: str | None = None) -> int:
     torch.manual_seed(0)
     model = DemoModel()
     eager_model = copy.deepcopy(model)
-    options = {"backend": backend} if backend else {}
+    options: dict[str, Any] = {"backend": backend} if backend else {}
     compiled = conveyor.compile(model, **options)
     opt_c = torch.optim.SGD(model.parameters(), lr=0.1)
     opt_e = torch.optim.SGD(eager_model.parameters(), lr=0.1)

@@ -48,7 +48,7 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
     require grad when the graph is replayed with grad enabled."""
     would_require: dict[torch.fx.Node, bool] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for node, value in zip(placeholders, inputs):
+    for node, value in zip(placeholders, inputs, strict=False):
         would_require[node] = isinstance(value, torch.Tensor) and value.requires_grad
     changed = False
     for node in list(gm.graph.nodes):
@@ -64,7 +64,7 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
             with gm.graph.inserting_after(node):
                 detached = gm.graph.call_function(torch.ops.aten.detach.default, (node,))
             detached.meta["val"] = val
-            node.replace_all_uses_with(detached, delete_user_cb=lambda user: user is not detached)
+            node.replace_all_uses_with(detached, delete_user_cb=lambda user, d=detached: user is not d)
             changed = True
     if changed:
         gm.recompile()

@@ -85,7 +85,7 @@ def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _alias_facts(outs: Sequence[Any], ins: Sequence[Any]) -> list[tuple[Any, ...]]:
-    facts = []
+    facts: list[tuple[Any, ...]] = []
     for i, o in enumerate(outs):
         if not isinstance(o, torch.Tensor):
             facts.append(("not a tensor",))
@@ -168,7 +168,7 @@ def check(
     e_outs, e_spec = pytree.tree_flatten(eager_out)
     c_outs, c_spec = pytree.tree_flatten(comp_out)
     assert c_spec == e_spec, f"output structure {c_spec} != eager {e_spec}"
-    for i, (e, c) in enumerate(zip(e_outs, c_outs)):
+    for i, (e, c) in enumerate(zip(e_outs, c_outs, strict=False)):
         if isinstance(e, torch.Tensor):
             assert isinstance(c, torch.Tensor), f"output {i}: {type(c).__name__}, eager gave a tensor"
             _compare_tensor(f"output {i}", e, c, check_strides, atol, rtol)
@@ -184,11 +184,11 @@ def check(
         e_ins += list(eager_fn.parameters()) + list(eager_fn.buffers())
         c_ins += list(comp_module.parameters()) + list(comp_module.buffers())
     e_alias, c_alias = _alias_facts(e_outs, e_ins), _alias_facts(c_outs, c_ins)
-    for i, (ea, ca) in enumerate(zip(e_alias, c_alias)):
+    for i, (ea, ca) in enumerate(zip(e_alias, c_alias, strict=False)):
         assert ca == ea, (
             f"output {i} aliasing (is input, shares storage with inputs, with outputs): {ca} != eager {ea}"
         )
-    for j, (e, c) in enumerate(zip(e_ins, c_ins)):
+    for j, (e, c) in enumerate(zip(e_ins, c_ins, strict=False)):
         if isinstance(e, torch.Tensor):
             _compare_tensor(f"input {j} after the call", e, c, True, atol, rtol)
             assert c.storage_offset() == e.storage_offset(), (
@@ -206,15 +206,15 @@ def check(
 def _check_grads(e_outs: list[Any], c_outs: list[Any], e_ins: list[Any], c_ins: list[Any], atol: float | None, rtol: float | None, seed: int) -> None:
     pairs = [
         (e, c)
-        for e, c in zip(e_outs, c_outs)
+        for e, c in zip(e_outs, c_outs, strict=False)
         if isinstance(e, torch.Tensor) and e.requires_grad and (e.is_floating_point() or e.is_complex())
     ]
     if not pairs:
         return
     gen = torch.Generator().manual_seed(seed + 1)
     weights = [torch.randn(e.shape, generator=gen, dtype=torch.float64).to(e.dtype) for e, _ in pairs]
-    e_loss = sum((e * w).sum() for (e, _), w in zip(pairs, weights))
-    c_loss = sum((c * w).sum() for (_, c), w in zip(pairs, weights))
+    e_loss: torch.Tensor = sum((e * w).sum() for (e, _), w in zip(pairs, weights, strict=True))  # type: ignore[assignment]
+    c_loss: torch.Tensor = sum((c * w).sum() for (_, c), w in zip(pairs, weights, strict=True))  # type: ignore[assignment]
     e_targets = [x for x in e_ins if isinstance(x, torch.Tensor) and x.requires_grad]
     c_targets = [x for x in c_ins if isinstance(x, torch.Tensor) and x.requires_grad]
     # and the bases of inputs that view a leaf requiring grad
@@ -224,12 +224,12 @@ def _check_grads(e_outs: list[Any], c_outs: list[Any], e_ins: list[Any], c_ins: 
         return
     e_grads = torch.autograd.grad(e_loss, e_targets, allow_unused=True)
     c_grads = torch.autograd.grad(c_loss, c_targets, allow_unused=True)
-    for k, (eg, cg) in enumerate(zip(e_grads, c_grads)):
+    for k, (eg, cg) in enumerate(zip(e_grads, c_grads, strict=False)):
         if eg is None:
             assert cg is None or not cg.any(), f"gradient {k}: compiled has a gradient, eager has none"
             continue
         assert cg is not None, f"gradient {k}: eager has a gradient, compiled has none"
-        torch.testing.assert_close(cg, eg, atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"gradient {k}: {m}")
+        torch.testing.assert_close(cg, eg, atol=atol, rtol=rtol, equal_nan=True, msg=_prefix(f"gradient {k}"))
 
 
 def _view_roots(ins: list[Any], already: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -239,3 +239,7 @@ def _view_roots(ins: list[Any], already: list[torch.Tensor]) -> list[torch.Tenso
             if not any(x._base is r for r in already + roots):
                 roots.append(x._base)
     return roots
+
+
+def _prefix(where: str) -> Callable[[str], str]:
+    return lambda message: f"{where}: {message}"
