@@ -166,3 +166,11 @@ def test_new_style_wrapper_hook_sees_every_stage_run(counted):
     conveyor.compile(lambda x: x.exp(), plugins=plugins)(torch.randn(2))
     assert [(n, lbl) for n, lbl, _ in seen] == [("counter", "forward"), ("eager", "forward")]
     assert seen[0][2] == "Lowering"
+
+
+def test_compiled_module_answers_for_its_module():
+    m = torch.nn.Linear(2, 2)
+    c = conveyor.compile(m)
+    assert list(c.parameters()) == list(m.parameters())
+    c.eval()
+    assert not m.training

@@ -48,6 +48,13 @@ class Compiled:
         self.last: Entry | None = None
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
+    def __getattr__(self, name: str) -> Any:
+        # a compiled module still answers for its module: parameters(), train(), ...
+        module = self.__dict__.get("module")
+        if module is not None:
+            return getattr(module, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # -- the per-call path -------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = self._state.tensors() if self._state is not None else []
