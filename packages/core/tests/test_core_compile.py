@@ -174,3 +174,17 @@ def test_compiled_module_answers_for_its_module():
     assert list(c.parameters()) == list(m.parameters())
     c.eval()
     assert not m.training
+
+
+def test_tracing_leaves_fake_inputs_as_the_caller_passed_them(counted):
+    stage, plugins = counted
+
+    def f(x, y, z):
+        x.t_()
+        y.unsqueeze_(0)
+        z.set_(torch.zeros(5))
+        return x + 1
+
+    conveyor.compile(f, plugins=plugins)(torch.randn(2, 3), torch.randn(3), torch.randn(4))
+    x, y, z = stage.seen[0].inputs
+    assert (x.shape, x.stride(), y.shape, z.shape) == ((2, 3), (3, 1), (3,), (4,))

@@ -191,10 +191,12 @@ def retrace(
 ) -> torch.fx.GraphModule:
     """Trace a flat function into an aten graph under ``fake_mode``.
 
-    ``fn`` takes the flat inputs and returns a tuple of outputs. Tracing errors
-    caused by data-dependent control flow become a :class:`CaptureError` that
-    says so.
+    ``fn`` takes the flat inputs and returns a tuple of outputs. The fake
+    inputs are left as they were found (Note [Tracing leaves fake inputs
+    alone]). Tracing errors caused by data-dependent control flow become a
+    :class:`CaptureError` that says so.
     """
+    before = [_InputState.of(t) for t in fake_inputs]
     try:
         with fake_mode:
             return make_fx(fn, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)(*fake_inputs)
@@ -202,6 +204,39 @@ def retrace(
         if _is_data_dependent(exc):
             raise CaptureError(f"capture: {type(exc).__name__}: {exc}\n{_FLOW_HINT}") from exc
         raise
+    finally:
+        with fake_mode, torch.no_grad():
+            for t, state in zip(fake_inputs, before):
+                if state is not None:
+                    state.restore(t)
+
+
+@dataclass(frozen=True)
+class _InputState:
+    """Note [Tracing leaves fake inputs alone]: ``make_fx`` runs the program on
+    the fake inputs it is given, so an in-place metadata op (``t_``,
+    ``as_strided_``, ``set_``...) changes them. A request's inputs describe
+    what the caller passes, so every trace puts them back as they were."""
+
+    storage: Any
+    size: tuple[Any, ...]
+    stride: tuple[Any, ...]
+    offset: Any
+    requires_grad: bool
+
+    @staticmethod
+    def of(t: Any) -> _InputState | None:
+        if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
+            return None
+        return _InputState(t.untyped_storage(), tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad)
+
+    def restore(self, t: torch.Tensor) -> None:
+        if t.untyped_storage()._cdata != self.storage._cdata:
+            t.set_(self.storage, self.offset, self.size, self.stride)
+        elif (tuple(t.size()), t.stride(), t.storage_offset()) != (self.size, self.stride, self.offset):
+            t.as_strided_(self.size, self.stride, self.offset)
+        if t.requires_grad != self.requires_grad and t.is_leaf:
+            t.requires_grad_(self.requires_grad)
 
 
 def _is_data_dependent(exc: BaseException) -> bool:
