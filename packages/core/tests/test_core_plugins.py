@@ -41,10 +41,10 @@ def installed_dist(tmp_path, monkeypatch):
 
 def test_entry_point_plugin_is_discovered_with_its_version(installed_dist):
     plugins = Plugins()
-    plugins.load_entry_points(block=("broken",))
+    plugins.load_entry_points(allow=("marker", "broken"), block=("broken",))
     stage = plugins.stages()["marker"]
     assert (stage.distribution, stage.version) == ("conveyor-testplugin", "1.2.3")
-    assert "marker" in [s.name for s in Pipeline(Config(), plugins).stages]
+    assert [s.name for s in Pipeline(Config(), plugins).stages] == ["marker", "eager"]
 
 
 def test_allow_and_block_lists(installed_dist):
@@ -52,13 +52,13 @@ def test_allow_and_block_lists(installed_dist):
     plugins.load_entry_points(allow=("nothing-else",))
     assert "marker" not in plugins.stages()
     plugins = Plugins()
-    plugins.load_entry_points(block=("marker", "broken"))
+    plugins.load_entry_points(allow=("marker", "broken"), block=("marker", "broken"))
     assert "marker" not in plugins.stages()
 
 
 def test_broken_plugin_fails_loudly_at_build_time(installed_dist):
     with pytest.raises(PipelineError, match=r"plugin 'broken' \(broken_testplugin\) failed to load"):
-        Pipeline(Config(block_plugins=("marker",)))
+        Pipeline(Config(plugins=("marker", "broken"), block_plugins=("marker",)))
 
 
 def test_autoload_off_leaves_only_builtin(installed_dist):
