@@ -188,3 +188,23 @@ def test_tracing_leaves_fake_inputs_as_the_caller_passed_them(counted):
     conveyor.compile(f, plugins=plugins)(torch.randn(2, 3), torch.randn(3), torch.randn(4))
     x, y, z = stage.seen[0].inputs
     assert (x.shape, x.stride(), y.shape, z.shape) == ((2, 3), (3, 1), (3,), (4,))
+
+
+def test_no_grad_regions_survive_a_stage_that_retraces():
+    class Retrace:
+        def lower(self, request, options):
+            graph = conveyor.retrace(
+                lambda *a: conveyor.call_graph(request.graph, a), request.inputs, request.fake_mode
+            )
+            return conveyor.Lowering((request.replace(graph=graph),), lambda inner: inner)
+
+    plugins = Plugins()
+    plugins.register(stage_plugin(wrapper("retrace", impl=Retrace())), name="retrace")
+
+    def f(w, x):
+        with torch.no_grad():
+            w.mul_(0.5)  # an in-place update under no_grad: no history, as in eager
+            y = x * 2
+        return y * x
+
+    check(f, torch.randn(3), torch.randn(3, requires_grad=True), compile=lambda fn: conveyor.compile(fn, plugins=plugins))

@@ -5,6 +5,7 @@ from conveyor.capture import retrace
 from conveyor.compiled import Compiled, compile, last_graphs
 from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError, ConfigError, ConveyorError, PipelineError, StageError
+from conveyor.grad_regions import call_graph
 from conveyor.hookspecs import hookimpl
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
@@ -26,6 +27,7 @@ __all__ = [
     "StageGraph",
     "StageSpec",
     "__version__",
+    "call_graph",
     "compile",
     "hookimpl",
     "last_graphs",

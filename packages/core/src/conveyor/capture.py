@@ -7,8 +7,9 @@ to graph inputs, specializes non-tensor arguments by value, and traces with
 ops and views; stages after it decide what to do with them.
 
 ``retrace`` is the helper stages use to trace a flat Python function (usually
-one wrapping the graph they received) into a new graph under the request's
-fake mode.
+one wrapping the graph they received, called with ``conveyor.call_graph`` so
+that ``no_grad`` regions survive) into a new graph under the request's fake
+mode.
 """
 
 from __future__ import annotations
@@ -173,12 +174,7 @@ def capture(
 def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> torch.fx.GraphModule:
     """Trace the user's flat program, keeping its ``no_grad`` regions
     (see ``conveyor.grad_regions``)."""
-
-    def tagged(*flat: Any) -> Any:
-        with GradModeTagger():
-            return fn(*flat)
-
-    return detach_no_grad_results(retrace(tagged, fake_inputs, fake_mode), tuple(fake_inputs))
+    return detach_no_grad_results(retrace(fn, fake_inputs, fake_mode), tuple(fake_inputs))
 
 
 def retrace(
@@ -197,9 +193,14 @@ def retrace(
     :class:`CaptureError` that says so.
     """
     before = [_InputState.of(t) for t in fake_inputs]
+
+    def tagged(*flat: Any) -> Any:
+        with GradModeTagger():  # every node learns the grad mode it ran under
+            return fn(*flat)
+
     try:
         with fake_mode:
-            return make_fx(fn, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)(*fake_inputs)
+            return make_fx(tagged, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)(*fake_inputs)
     except Exception as exc:
         if _is_data_dependent(exc):
             raise CaptureError(f"capture: {type(exc).__name__}: {exc}\n{_FLOW_HINT}") from exc

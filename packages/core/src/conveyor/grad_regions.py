@@ -11,6 +11,7 @@ and every backend sees the same semantics as eager.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -36,6 +37,22 @@ class GradModeTagger(TorchDispatchMode):
                 node.meta[GRAD_META] = False
                 node = node.prev
         return out
+
+
+class _GradModeInterpreter(torch.fx.Interpreter):
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.meta.get(GRAD_META, True):
+            return super().run_node(n)
+        with torch.no_grad():
+            return super().run_node(n)
+
+
+def call_graph(graph: torch.fx.GraphModule, args: Sequence[Any]) -> tuple[Any, ...]:
+    """Run ``graph`` on ``args`` with each node under the grad mode it was
+    captured under. Stages call a request's graph this way inside the
+    function they retrace, so ``no_grad`` regions survive every retrace
+    (``conveyor.retrace`` tags the new nodes again)."""
+    return tuple(_GradModeInterpreter(graph).run(*args))
 
 
 def _writes(node: torch.fx.Node) -> bool:
