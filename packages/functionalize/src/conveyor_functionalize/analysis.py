@@ -1,0 +1,134 @@
+"""``analyze``: which inputs a program mutates and how its outputs alias.
+
+A smaller, readable cousin of torch's
+``run_functionalized_fw_and_collect_metadata``
+(``torch/_functorch/_aot_autograd/collect_metadata_analysis.py``): run the
+graph once on functional wrappers of the fake inputs, then read each input
+wrapper's mutation flags and classify each output by identity and storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from conveyor.errors import StageError
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from conveyor_functionalize.functional_run import FunctionalRun, run_functional
+from conveyor_functionalize.inputs import restore_inputs
+from conveyor_functionalize.meta import InputInfo, OutputInfo, OutputKind, ProgramMeta
+
+STAGE = "functionalize"
+
+
+def analyze(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) -> ProgramMeta:
+    """Collect :class:`ProgramMeta` for ``graph`` called on ``inputs``.
+
+    :param graph: a flat aten graph (placeholders are the inputs, the output
+        node returns a tuple); it may contain in-place ops and views.
+    :param inputs: one fake value per placeholder (fake tensors keep the real
+        inputs' storage sharing).
+    :param fake_mode: the fake mode of ``inputs``.
+    :raises StageError: when inputs that share storage are mutated (that
+        needs the ``dedupe`` / ``synthetic_base`` stages first).
+    """
+    return analyze_run(graph, inputs, fake_mode)[0]
+
+
+def analyze_run(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) -> tuple[ProgramMeta, FunctionalRun]:
+    """:func:`analyze`, and the functional run it read (the stage takes the
+    metadata of mutated inputs and aliased outputs from it)."""
+    inputs = tuple(inputs)
+    restore_inputs(graph, inputs, fake_mode)
+    with fake_mode:
+        run = run_functional(graph, inputs)
+    infos = tuple(_input_info(arg, f) for arg, f in zip(inputs, run.f_inputs))
+    _check_no_mutated_aliases(inputs, infos)
+    outputs, num_bases = _classify_outputs(run, infos)
+    return ProgramMeta(infos, outputs, num_bases), run
+
+
+def _storage(t: torch.Tensor) -> StorageWeakRef | None:
+    return StorageWeakRef(t.untyped_storage()) if t.layout is torch.strided else None
+
+
+def _input_info(arg: Any, f_arg: Any) -> InputInfo:
+    if not isinstance(arg, torch.Tensor):
+        return InputInfo()
+    elem = f_arg.elem
+    after = torch._from_functional_tensor(elem)
+    storage_changed = bool(torch._functionalize_was_storage_changed(elem)) and _storage(arg) != _storage(after)
+    metadata_changed = bool(torch._functionalize_has_metadata_mutation(elem)) and (
+        after.size() != arg.size() or after.stride() != arg.stride() or after.storage_offset() != arg.storage_offset()
+    )
+    mutates_data = bool(torch._functionalize_has_data_mutation(elem)) and not storage_changed
+    return InputInfo(
+        mutates_data=mutates_data,
+        mutates_metadata=storage_changed or metadata_changed,
+        mutates_storage=storage_changed,
+        mutations_under_no_grad=mutates_data
+        and bool(torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(elem)),
+        mutations_hidden_from_autograd=(mutates_data or storage_changed or metadata_changed)
+        and bool(torch._functionalize_are_all_mutations_hidden_from_autograd(elem)),
+        requires_grad=arg.requires_grad,
+        is_leaf=arg.is_leaf,
+    )
+
+
+def _check_no_mutated_aliases(inputs: tuple[Any, ...], infos: tuple[InputInfo, ...]) -> None:
+    """Functionalization treats each input as its own tensor: a write to one of
+    two inputs sharing storage would not reach the other."""
+    first: dict[StorageWeakRef, int] = {}
+    for i, t in enumerate(inputs):
+        if not isinstance(t, torch.Tensor) or (ref := _storage(t)) is None:
+            continue
+        j = first.setdefault(ref, i)
+        if j != i and (infos[i].mutated or infos[j].mutated):
+            raise StageError(
+                STAGE,
+                f"inputs {j} and {i} share storage and one of them is mutated; functionalize needs "
+                "them merged first: enable the 'dedupe' and 'synthetic_base' stages",
+            )
+
+
+def _classify_outputs(run: FunctionalRun, infos: tuple[InputInfo, ...]) -> tuple[tuple[OutputInfo, ...], int]:
+    """One :class:`OutputInfo` per output, and the number of intermediate bases."""
+    input_of_storage: dict[StorageWeakRef, int] = {}
+    for i, f in enumerate(run.f_inputs):
+        if isinstance(f, torch.Tensor) and not infos[i].mutates_storage and (ref := _storage(f)) is not None:
+            input_of_storage.setdefault(ref, i)
+    outs = run.f_outputs
+    result: list[OutputInfo | None] = [None] * len(outs)
+    groups: dict[StorageWeakRef | None, list[int]] = {}  # outputs viewing intermediates, by storage
+    for k, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            result[k] = OutputInfo(OutputKind.FRESH, is_tensor=False)
+            continue
+        rg = o.requires_grad
+        same_input = next((i for i, f in enumerate(run.f_inputs) if f is o), None)
+        same_output = next((j for j in range(k) if outs[j] is o), None)
+        if same_input is not None:
+            result[k] = OutputInfo(OutputKind.IS_INPUT, same_input, rg)
+        elif same_output is not None:
+            result[k] = OutputInfo(OutputKind.IS_OUTPUT, same_output, rg)
+        elif (ref := _storage(o)) in input_of_storage:
+            result[k] = OutputInfo(OutputKind.VIEW_OF_INPUT, input_of_storage[ref], rg)
+        else:
+            groups.setdefault(ref, []).append(k)
+    num_bases = 0
+    for members in groups.values():
+        roots = [k for k in members if outs[k]._base is None]
+        if roots:
+            for k in members:
+                kind = OutputKind.FRESH if k == roots[0] else OutputKind.ALIAS_OF_OUTPUT
+                result[k] = OutputInfo(kind, None if k == roots[0] else roots[0], outs[k].requires_grad)
+        elif len(members) == 1:
+            result[members[0]] = OutputInfo(OutputKind.VIEW_OF_INTERMEDIATE, None, outs[members[0]].requires_grad)
+        else:
+            for k in members:
+                result[k] = OutputInfo(OutputKind.VIEW_OF_SHARED_INTERMEDIATE, num_bases, outs[k].requires_grad)
+            num_bases += 1
+    return tuple(r for r in result if r is not None), num_bases

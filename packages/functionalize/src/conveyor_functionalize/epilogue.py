@@ -1,0 +1,237 @@
+"""The run-time half: write mutations back, regenerate aliased outputs.
+
+Everything is decided at compile time into an :class:`EpiloguePlan` (tuples of
+small frozen records, concrete sizes and strides); the per-call path only
+indexes lists and calls the few tensor methods it must.
+
+Order (as in AOTAutograd's runtime wrapper): for each mutated input, storage
+swap (``set_``), then metadata (``as_strided_``), then data (``copy_``), on
+the caller's own input object. Then the outputs: computed ones come from the
+inner callable; outputs that are an input are that very object; views of an
+input, of a shared intermediate base or of another output are rebuilt with
+``as_strided`` from the real tensor they view, after the mutations, so they
+see the caller's storage exactly as eager's outputs do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import torch
+from conveyor.errors import StageError
+from conveyor.stage import CompiledFn
+
+from conveyor_functionalize.functional_run import FunctionalRun
+from conveyor_functionalize.layout import FunctionalLayout, InnerOutIdx
+from conveyor_functionalize.meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
+
+STAGE = "functionalize"
+
+Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # sizes, strides, storage offset
+
+
+def _concrete(t: torch.Tensor, what: str) -> Geometry:
+    sizes, strides, offset = tuple(t.size()), tuple(t.stride()), t.storage_offset()
+    if not all(type(v) is int for v in (*sizes, *strides, offset)):
+        raise StageError(STAGE, f"{what} has symbolic sizes or strides; only static shapes are supported")
+    return sizes, strides, offset
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """How to write one input's mutation back into the caller's tensor.
+
+    :ivar input: the input.
+    :ivar slot: the inner output holding its new value (data or storage
+        mutations), else ``None``.
+    :ivar swap_storage: ``set_`` the input to the new value.
+    :ivar geometry: new sizes, strides, offset for ``as_strided_`` (metadata
+        mutations), else ``None``.
+    :ivar copy_data: ``copy_`` the new value in.
+    :ivar no_grad: do it all under ``no_grad`` (eager recorded no history).
+    """
+
+    input: InputIdx
+    slot: InnerOutIdx | None
+    swap_storage: bool
+    geometry: Geometry | None
+    copy_data: bool
+    no_grad: bool
+
+    def __post_init__(self) -> None:
+        if (self.swap_storage or self.copy_data) != (self.slot is not None):
+            raise ValueError(f"Mutation of input {self.input}: a new value slot iff data or storage changes")
+        if self.swap_storage and self.copy_data:
+            raise ValueError(f"Mutation of input {self.input}: a storage swap already replaces the data")
+
+
+class Source(Enum):
+    """Where a user output comes from at run time."""
+
+    INNER = "inner"  # inner output ``index``
+    INPUT = "input"  # the caller's input ``index`` itself
+    INPUT_VIEW = "input_view"  # a view of input ``index``
+    BASE_VIEW = "base_view"  # a view of the intermediate base in inner output ``index``
+    OUTPUT = "output"  # the very object of user output ``index``
+    OUTPUT_VIEW = "output_view"  # a view of user output ``index``
+
+
+_VIEWS = (Source.INPUT_VIEW, Source.BASE_VIEW, Source.OUTPUT_VIEW)
+
+
+@dataclass(frozen=True)
+class OutputRecipe:
+    """How to produce one user output.
+
+    :ivar source: see :class:`Source`.
+    :ivar index: inner output, input or user output, per ``source``.
+    :ivar geometry: for views: sizes, strides and the storage offset
+        *relative to the viewed tensor's own offset*.
+    :ivar detach: eager's output does not require grad although what it views may.
+    """
+
+    source: Source
+    index: int
+    geometry: Geometry | None = None
+    detach: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.source in _VIEWS) != (self.geometry is not None):
+            raise ValueError(f"OutputRecipe: {self.source.value} {'needs' if self.source in _VIEWS else 'takes no'} geometry")
+
+
+@dataclass(frozen=True)
+class EpiloguePlan:
+    """Everything the run-time wrapper does, decided at compile time."""
+
+    mutations: tuple[Mutation, ...]
+    outputs: tuple[OutputRecipe, ...]
+
+    @staticmethod
+    def build(meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any]) -> EpiloguePlan:
+        mutations = tuple(
+            _mutation(InputIdx(i), meta, run, layout) for i, info in enumerate(meta.inputs) if info.mutated
+        )
+        outputs = tuple(_recipe(OutputIdx(k), meta, run, layout, inputs) for k in range(len(meta.outputs)))
+        return EpiloguePlan(mutations, outputs)
+
+    def wrap(self, inner: CompiledFn) -> CompiledFn:
+        """The stage's compiled callable around the inner one."""
+        return _runtime(self, inner)
+
+
+def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout) -> Mutation:
+    info = meta.inputs[i]
+    f_input = run.f_inputs[i]
+    geometry = None
+    if info.mutates_metadata and not info.mutates_storage:
+        geometry = _concrete(f_input, f"input {i} (its metadata is mutated)")
+    slot = layout.updated_input_slot(i) if (info.mutates_data or info.mutates_storage) else None
+    no_grad = (
+        info.mutations_under_no_grad
+        or info.mutations_hidden_from_autograd
+        or not f_input.requires_grad
+        or not info.mutates_data
+    )
+    return Mutation(i, slot, info.mutates_storage, geometry, info.mutates_data, no_grad)
+
+
+def _view_geometry(view: torch.Tensor, viewed: torch.Tensor, what: str) -> Geometry:
+    if view.dtype != viewed.dtype:
+        raise StageError(STAGE, f"{what} views a tensor of dtype {viewed.dtype} as {view.dtype}; not supported")
+    sizes, strides, offset = _concrete(view, what)
+    return sizes, strides, offset - _concrete(viewed, what)[2]
+
+
+def _recipe(k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any]) -> OutputRecipe:
+    info = meta.outputs[k]
+    out = run.f_outputs[k]
+    what = f"output {k}"
+    detach = info.is_tensor and not info.requires_grad
+    match info.kind:
+        case OutputKind.FRESH | OutputKind.VIEW_OF_INTERMEDIATE:
+            return OutputRecipe(Source.INNER, layout.output_slot(k))
+        case OutputKind.IS_INPUT:
+            return OutputRecipe(Source.INPUT, info.index)
+        case OutputKind.IS_OUTPUT:
+            return OutputRecipe(Source.OUTPUT, info.index)
+        case OutputKind.VIEW_OF_INPUT:
+            return OutputRecipe(Source.INPUT_VIEW, info.index, _view_geometry(out, inputs[info.index], what), detach)
+        case OutputKind.VIEW_OF_SHARED_INTERMEDIATE:
+            base = run.f_outputs[layout.intermediate_bases[info.index]]._base
+            geometry = _view_geometry(out, base, what)
+            return OutputRecipe(Source.BASE_VIEW, layout.base_slot(BaseIdx(info.index)), geometry, detach)
+        case OutputKind.ALIAS_OF_OUTPUT:
+            geometry = _view_geometry(out, run.f_outputs[info.index], what)
+            return OutputRecipe(Source.OUTPUT_VIEW, info.index, geometry, detach)
+    raise AssertionError(f"unhandled output kind {info.kind}")
+
+
+def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
+    mutations = plan.mutations
+    recipes = plan.outputs
+    n = len(recipes)
+    needs_inputs = bool(mutations) or any(r.source in (Source.INPUT, Source.INPUT_VIEW) for r in recipes)
+    simple = all(r.source is Source.INNER for r in recipes) and not mutations
+    slots = [r.index for r in recipes]
+    # computed outputs first: a view of an output may come before the output it views
+    order = sorted(range(n), key=lambda k: recipes[k].source is not Source.INNER)
+
+    def run(args: list[Any]) -> Sequence[Any]:
+        if simple:
+            inner_outs = inner(args)
+            return [inner_outs[s] for s in slots]
+        real = list(args) if needs_inputs else ()
+        inner_outs = inner(args)
+        for m in mutations:
+            _apply(m, real[m.input], inner_outs)
+        outs: list[Any] = [None] * n
+        for k in order:
+            r = recipes[k]
+            source = r.source
+            if source is Source.INNER:
+                outs[k] = inner_outs[r.index]
+            elif source is Source.INPUT:
+                outs[k] = real[r.index]
+            elif source is Source.OUTPUT:
+                outs[k] = outs[r.index]
+            elif source is Source.INPUT_VIEW:
+                outs[k] = _view(real[r.index], r)
+            elif source is Source.BASE_VIEW:
+                outs[k] = _view(inner_outs[r.index], r)
+            else:
+                outs[k] = _view(outs[r.index], r)
+        return outs
+
+    return run
+
+
+def _apply(m: Mutation, x: torch.Tensor, inner_outs: Sequence[Any]) -> None:
+    if m.no_grad:
+        with torch.no_grad():
+            _write(m, x, inner_outs)
+    else:
+        _write(m, x, inner_outs)
+
+
+def _write(m: Mutation, x: torch.Tensor, inner_outs: Sequence[Any]) -> None:
+    if m.swap_storage:
+        x.set_(inner_outs[m.slot])
+        return
+    if m.geometry is not None:
+        sizes, strides, offset = m.geometry
+        with torch.no_grad():
+            x.as_strided_(sizes, strides, offset)
+    if m.copy_data:
+        x.copy_(inner_outs[m.slot])
+
+
+def _view(viewed: torch.Tensor, r: OutputRecipe) -> torch.Tensor:
+    sizes, strides, rel_offset = r.geometry
+    out = viewed.as_strided(sizes, strides, viewed.storage_offset() + rel_offset)
+    if r.detach and out.requires_grad:
+        out = out.detach()
+    return out

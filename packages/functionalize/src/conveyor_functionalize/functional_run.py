@@ -1,0 +1,76 @@
+"""Running an FX graph on functional tensors (shared by analysis and tracing).
+
+``run_functional`` wraps the inputs in ``FunctionalTensor``s and interprets the
+graph under ``FunctionalTensorMode``: every in-place op, ``out=`` op and view
+becomes a functional op plus bookkeeping in the wrappers, which afterwards
+tell which inputs were mutated and how. Each node runs under the grad mode it
+was captured under (``conveyor.grad_regions``), so mutations done under
+``torch.no_grad()`` are recognised as such.
+
+It is called twice per compile, as in AOTAutograd: once on plain fake tensors
+to collect :class:`~conveyor_functionalize.meta.ProgramMeta`, once inside
+``conveyor.retrace`` to trace the functional graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from conveyor.grad_regions import GRAD_META
+from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+
+class _GradModeInterpreter(torch.fx.Interpreter):
+    """Runs each node under the grad mode it was captured under."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.meta.get(GRAD_META, True):
+            return super().run_node(n)
+        with torch.no_grad():
+            return super().run_node(n)
+
+
+@dataclass(frozen=True)
+class FunctionalRun:
+    """The inputs wrapped as functional tensors, after the program ran on
+    them, and the program's outputs (functional tensors too)."""
+
+    f_inputs: tuple[Any, ...]
+    f_outputs: tuple[Any, ...]
+
+
+def to_functional(value: Any) -> Any:
+    return FunctionalTensor.to_functional(value) if isinstance(value, torch.Tensor) else value
+
+
+def from_functional(value: Any) -> Any:
+    """The plain tensor behind a functional one, after syncing pending
+    updates into it."""
+    if not isinstance(value, FunctionalTensor):
+        return value
+    torch._sync(value)
+    return torch._from_functional_tensor(value.elem)
+
+
+def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> FunctionalRun:
+    """Interpret ``graph`` on functional wrappers of ``inputs``.
+
+    Call it under the fake mode of ``inputs`` (or inside a trace). The
+    wrappers are synced before returning, so their mutation flags are final.
+    """
+    # Note [Disabling Functionalize TLS Above Python Functionalization] in torch:
+    # the C++ functionalization key must not run above the Python mode.
+    disable_above = torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
+    with disable_above, FunctionalTensorMode():
+        f_inputs = tuple(to_functional(v) for v in inputs)
+        outs = _GradModeInterpreter(graph).run(*f_inputs)
+        for f in f_inputs:
+            if isinstance(f, FunctionalTensor):
+                torch._sync(f)
+    if not isinstance(outs, (tuple, list)):
+        raise TypeError(f"the graph must return a tuple of outputs, not {type(outs).__name__}")
+    return FunctionalRun(f_inputs, tuple(outs))

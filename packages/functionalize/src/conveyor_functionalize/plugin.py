@@ -1,0 +1,48 @@
+"""The ``functionalize`` stage: its registration and its compile-time half."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from conveyor import Lowering, Request, StageError, StageSpec, hookimpl
+
+from conveyor_functionalize.analysis import analyze_run
+from conveyor_functionalize.epilogue import EpiloguePlan
+from conveyor_functionalize.layout import FunctionalLayout
+from conveyor_functionalize.trace import trace_functional, writing_nodes
+
+STAGE = "functionalize"
+META_FACT = "functionalize.meta"
+LAYOUT_FACT = "functionalize.layout"
+
+
+class Functionalize:
+    """Trace the request functionalized; wrap the inner callable in the
+    epilogue that replays mutations and output aliases on the caller's tensors."""
+
+    def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
+        with torch.set_grad_enabled(request.grad_enabled):
+            meta, run = analyze_run(request.graph, request.inputs, request.fake_mode)
+            layout = FunctionalLayout.of(meta)
+            plan = EpiloguePlan.build(meta, run, layout, request.inputs)
+            graph = trace_functional(request.graph, request.inputs, request.fake_mode, layout)
+        left = writing_nodes(graph)
+        if left:
+            raise StageError(STAGE, f"cannot functionalize {left[0].target}: the traced graph still writes with it")
+        inner = request.replace(graph=graph).with_facts(**{META_FACT: meta, LAYOUT_FACT: layout})
+        return Lowering((inner,), plan.wrap)
+
+
+@hookimpl
+def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
+    register(
+        StageSpec(
+            name=STAGE,
+            kind="wrapper",
+            impl=Functionalize(),
+            after=("dedupe", "synthetic_base"),
+            description="hands inner stages a purely functional graph; replays mutations and output aliases at run time",
+        )
+    )

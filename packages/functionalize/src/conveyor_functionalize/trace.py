@@ -1,0 +1,47 @@
+"""Tracing the functional graph inner stages receive.
+
+The traced function runs the request's graph on functional tensors
+(``run_functional``) and returns what :class:`FunctionalLayout` names:
+updated inputs, computed user outputs, intermediate bases. The trace goes
+through core's ``trace_user`` so that ``no_grad`` regions stay visible as
+``detach`` nodes (a value computed under ``no_grad`` from an input that
+requires grad must not carry gradients in the functional graph either).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from conveyor.capture import trace_user
+
+from conveyor_functionalize.functional_run import from_functional, run_functional
+from conveyor_functionalize.layout import FunctionalLayout
+
+
+def writes(node: torch.fx.Node) -> bool:
+    """The node's op writes to one of its arguments (in-place, ``out=``, or
+    any schema argument marked ``(a!)``)."""
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def writing_nodes(graph: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in graph.graph.nodes if n.op == "call_function" and writes(n)]
+
+
+def trace_functional(
+    graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any, layout: FunctionalLayout
+) -> torch.fx.GraphModule:
+    """The functional graph of ``graph``, with outputs laid out by ``layout``."""
+
+    def functional(*args: Any) -> tuple[Any, ...]:
+        run = run_functional(graph, args)
+        outs = [from_functional(run.f_inputs[i]) for i in layout.updated_inputs]
+        outs += [from_functional(run.f_outputs[k]) for k in layout.computed_outputs]
+        outs += [from_functional(run.f_outputs[k]._base) for k in layout.intermediate_bases]
+        return tuple(outs)
+
+    return trace_user(functional, inputs, fake_mode)
