@@ -17,8 +17,8 @@ from typing import Any
 
 import torch.fx
 
+import conveyor
 from conveyor import CompiledFn, Lowering, Request
-from conveyor_dedupe import fakes
 from conveyor_dedupe.mapping import DedupeMap, first_positions
 
 
@@ -29,16 +29,15 @@ class Dedupe:
         mapping = DedupeMap.from_first_positions(first_positions(request.inputs))
         if not mapping.has_duplicates:
             return Lowering.passthrough(request)
-        fakes.restore(request.inputs, fakes.placeholder_metadata(request.graph), request.fake_mode)
         inner_inputs = tuple(mapping.to_inner(request.inputs))
-        graph = fakes.trace(_expanding(request.graph, mapping), inner_inputs, request.fake_mode)
+        graph = conveyor.retrace(_expanding(request.graph, mapping), inner_inputs, request.fake_mode)
         inner = request.replace(graph=graph, inputs=inner_inputs)
         return Lowering((inner,), lambda compiled: _deduping(compiled, mapping))
 
 
 def _expanding(graph: torch.fx.GraphModule, mapping: DedupeMap) -> Any:
     def expanded(*inner: Any) -> tuple[Any, ...]:
-        return tuple(graph(*mapping.to_outer(inner)))
+        return conveyor.call_graph(graph, mapping.to_outer(inner))
 
     return expanded
 
