@@ -18,7 +18,6 @@ from conveyor.errors import StageError
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conveyor_functionalize.functional_run import FunctionalRun, run_functional
-from conveyor_functionalize.inputs import restore_inputs
 from conveyor_functionalize.meta import InputInfo, OutputInfo, OutputKind, ProgramMeta
 
 STAGE = "functionalize"
@@ -42,7 +41,6 @@ def analyze_run(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: A
     """:func:`analyze`, and the functional run it read (the stage takes the
     metadata of mutated inputs and aliased outputs from it)."""
     inputs = tuple(inputs)
-    restore_inputs(graph, inputs, fake_mode)
     with fake_mode:
         run = run_functional(graph, inputs)
     infos = tuple(_input_info(arg, f) for arg, f in zip(inputs, run.f_inputs))

@@ -3,8 +3,8 @@
 ``run_functional`` wraps the inputs in ``FunctionalTensor``s and interprets the
 graph under ``FunctionalTensorMode``: every in-place op, ``out=`` op and view
 becomes a functional op plus bookkeeping in the wrappers, which afterwards
-tell which inputs were mutated and how. Each node runs under the grad mode it
-was captured under (``conveyor.grad_regions``), so mutations done under
+tell which inputs were mutated and how. ``conveyor.call_graph`` runs each node
+under the grad mode it was captured under, so mutations done under
 ``torch.no_grad()`` are recognised as such.
 
 It is called twice per compile, as in AOTAutograd: once on plain fake tensors
@@ -20,18 +20,8 @@ from typing import Any
 
 import torch
 import torch.fx
-from conveyor.grad_regions import GRAD_META
+from conveyor import call_graph
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
-
-
-class _GradModeInterpreter(torch.fx.Interpreter):
-    """Runs each node under the grad mode it was captured under."""
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        if n.meta.get(GRAD_META, True):
-            return super().run_node(n)
-        with torch.no_grad():
-            return super().run_node(n)
 
 
 @dataclass(frozen=True)
@@ -67,7 +57,7 @@ def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> Functi
     disable_above = torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
     with disable_above, FunctionalTensorMode():
         f_inputs = tuple(to_functional(v) for v in inputs)
-        outs = _GradModeInterpreter(graph).run(*f_inputs)
+        outs = call_graph(graph, f_inputs)
         for f in f_inputs:
             if isinstance(f, FunctionalTensor):
                 torch._sync(f)

@@ -1,0 +1,121 @@
+"""The catalogue through ``conveyor.testing.check`` with the eager backend.
+
+Note [Gradients of mutated non-leaf inputs]: after ``x.mul_(2)`` on a
+non-leaf ``x``, eager computes every later use from the *new* ``x`` object,
+so ``d(out)/d(x after the call)`` follows those uses. A functional graph
+computes them from the functional value instead (AOTAutograd does too); the
+gradients that reach the leaves are the same. So for cases that mutate an
+input, gradients are compared with respect to the leaves behind the inputs.
+"""
+
+from __future__ import annotations
+
+import conveyor
+import pytest
+import torch
+from conveyor.testing import check
+from functionalize_catalogue import CASES, Case
+
+import conveyor_functionalize.trace as trace
+
+
+def compile_eager(fn):
+    return conveyor.compile(fn, backend="eager")
+
+
+def leaf_grads(fn, case: Case, leaves: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    outs = fn(*case.inputs(leaves))
+    gen = torch.Generator().manual_seed(7)
+    loss = sum((o * torch.randn(o.shape, generator=gen)).sum() for o in outs if o.requires_grad)
+    return list(torch.autograd.grad(loss, leaves, allow_unused=True))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_catalogue(case: Case, requires_grad: bool) -> None:
+    leaves = case.leaves(requires_grad)
+    mutating = requires_grad and bool(case.mutated)
+    result = check(case.fn, *case.inputs(leaves), compile=compile_eager, check_grads=not mutating)
+    if mutating and not isinstance(result.eager_out, Exception):  # Note [Gradients of mutated non-leaf inputs]
+        expected = leaf_grads(case.fn, case, leaves)
+        got = leaf_grads(compile_eager(case.fn), case, leaves)
+        for k, (e, g) in enumerate(zip(expected, got)):
+            assert (e is None) == (g is None), f"gradient {k}: eager {e}, compiled {g}"
+            if e is not None:
+                torch.testing.assert_close(g, e)
+
+
+class BufferUpdate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+        self.register_buffer("running", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        with torch.no_grad():
+            self.running.mul_(0.9).add_(x.mean(0), alpha=0.1)
+        return self.lin(x) + self.running
+
+
+MODULES = {
+    "batchnorm_train": lambda: torch.nn.BatchNorm2d(3).train(),
+    "batchnorm_eval": lambda: torch.nn.BatchNorm2d(3).eval(),
+    "buffer_update": BufferUpdate,
+}
+MODULE_INPUTS = {"batchnorm_train": (2, 3, 4, 4), "batchnorm_eval": (2, 3, 4, 4), "buffer_update": (5, 4)}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules(name: str, requires_grad: bool) -> None:
+    x = torch.randn(MODULE_INPUTS[name]).requires_grad_(requires_grad)
+    check(MODULES[name](), x, compile=compile_eager)
+
+
+def test_module_called_twice_keeps_updating_its_buffers() -> None:
+    eager, compiled_module = BufferUpdate(), BufferUpdate()
+    compiled_module.load_state_dict(eager.state_dict())
+    compiled = compile_eager(compiled_module)
+    for _ in range(3):
+        x = torch.randn(5, 4)
+        torch.testing.assert_close(compiled(x), eager(x))
+    assert compiled_module.calls.item() == 3.0
+    torch.testing.assert_close(compiled_module.running, eager.running)
+
+
+class RecordingBackend:
+    """The eager backend, remembering each graph it is handed."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def compile(self, request, options):
+        self.graphs.append(request.graph)
+        graph = request.graph
+        return lambda args: graph(*args)
+
+
+def test_no_writing_op_reaches_the_backend(register_stages) -> None:
+    backend = RecordingBackend()
+    plugins = register_stages(conveyor.StageSpec(name="recording", kind="backend", impl=backend))
+    compiled_cases = 0
+    for case in CASES:
+        for requires_grad in (False, True):
+            fn = conveyor.compile(case.fn, plugins=plugins, backend="recording")
+            fn(*case.inputs(case.leaves(requires_grad)))
+            compiled_cases += 1
+    for name, make in MODULES.items():
+        conveyor.compile(make(), plugins=plugins, backend="recording")(torch.randn(MODULE_INPUTS[name]))
+    assert len(backend.graphs) == compiled_cases + len(MODULES)
+    for graph in backend.graphs:
+        assert trace.writing_nodes(graph) == [], graph.code
+
+
+def test_without_functionalize_the_backend_sees_mutations() -> None:
+    case = next(c for c in CASES if c.name == "two_inputs")
+    fn = conveyor.compile(case.fn, backend="eager", disable=["functionalize"])
+    check(case.fn, *case.inputs(case.leaves(False)), compile=lambda f: conveyor.compile(f, backend="eager", disable=["functionalize"]))
+    fn(*case.inputs(case.leaves(False)))
+    assert trace.writing_nodes(conveyor.last_graphs(fn)[-1].graph)
