@@ -51,7 +51,12 @@ class Mutation:
     :ivar geometry: new sizes, strides, offset for ``as_strided_`` (metadata
         mutations), else ``None``.
     :ivar copy_data: ``copy_`` the new value in.
-    :ivar no_grad: do it all under ``no_grad`` (eager recorded no history).
+    :ivar no_grad: copy the data under ``no_grad`` (eager recorded no history).
+    :ivar metadata_grad: record the metadata change in autograd (eager does
+        for a non-leaf that requires grad: ``t_()`` gives it a ``TBackward``).
+    :ivar clone_first: hand the inner callable a clone of this input: what it
+        saves for backward must not be the tensor the epilogue then writes
+        into (eager's in-place ops save what they need themselves).
     """
 
     input: InputIdx
@@ -60,6 +65,8 @@ class Mutation:
     geometry: Geometry | None
     copy_data: bool
     no_grad: bool
+    metadata_grad: bool
+    clone_first: bool
 
     def __post_init__(self) -> None:
         if (self.swap_storage or self.copy_data) != (self.slot is not None):
@@ -111,9 +118,14 @@ class EpiloguePlan:
     outputs: tuple[OutputRecipe, ...]
 
     @staticmethod
-    def build(meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any]) -> EpiloguePlan:
+    def build(
+        meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any], grad_enabled: bool
+    ) -> EpiloguePlan:
+        records_grad = grad_enabled and any(info.requires_grad for info in meta.inputs)
         mutations = tuple(
-            _mutation(InputIdx(i), meta, run, layout) for i, info in enumerate(meta.inputs) if info.mutated
+            _mutation(InputIdx(i), meta, run, layout, records_grad)
+            for i, info in enumerate(meta.inputs)
+            if info.mutated
         )
         outputs = tuple(_recipe(OutputIdx(k), meta, run, layout, inputs) for k in range(len(meta.outputs)))
         return EpiloguePlan(mutations, outputs)
@@ -123,20 +135,17 @@ class EpiloguePlan:
         return _runtime(self, inner)
 
 
-def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout) -> Mutation:
+def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, records_grad: bool) -> Mutation:
     info = meta.inputs[i]
     f_input = run.f_inputs[i]
     geometry = None
     if info.mutates_metadata and not info.mutates_storage:
         geometry = _concrete(f_input, f"input {i} (its metadata is mutated)")
     slot = layout.updated_input_slot(i) if (info.mutates_data or info.mutates_storage) else None
-    no_grad = (
-        info.mutations_under_no_grad
-        or info.mutations_hidden_from_autograd
-        or not f_input.requires_grad
-        or not info.mutates_data
-    )
-    return Mutation(i, slot, info.mutates_storage, geometry, info.mutates_data, no_grad)
+    no_grad = info.mutations_under_no_grad or not f_input.requires_grad
+    metadata_grad = records_grad and info.requires_grad and not info.is_leaf
+    clone_first = records_grad and info.mutates_data
+    return Mutation(i, slot, info.mutates_storage, geometry, info.mutates_data, no_grad, metadata_grad, clone_first)
 
 
 def _view_geometry(view: torch.Tensor, viewed: torch.Tensor, what: str) -> Geometry:
@@ -177,6 +186,7 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     needs_inputs = bool(mutations) or any(r.source in (Source.INPUT, Source.INPUT_VIEW) for r in recipes)
     simple = all(r.source is Source.INNER for r in recipes) and not mutations
     slots = [r.index for r in recipes]
+    clone_first = [m.input for m in mutations if m.clone_first]
     # computed outputs first: a view of an output may come before the output it views
     order = sorted(range(n), key=lambda k: recipes[k].source is not Source.INNER)
 
@@ -185,6 +195,8 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
             inner_outs = inner(args)
             return [inner_outs[s] for s in slots]
         real = list(args) if needs_inputs else ()
+        for i in clone_first:
+            args[i] = args[i].clone()
         inner_outs = inner(args)
         for m in mutations:
             _apply(m, real[m.input], inner_outs)
@@ -210,23 +222,20 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
 
 
 def _apply(m: Mutation, x: torch.Tensor, inner_outs: Sequence[Any]) -> None:
-    if m.no_grad:
-        with torch.no_grad():
-            _write(m, x, inner_outs)
-    else:
-        _write(m, x, inner_outs)
-
-
-def _write(m: Mutation, x: torch.Tensor, inner_outs: Sequence[Any]) -> None:
     if m.swap_storage:
-        x.set_(inner_outs[m.slot])
+        with torch.no_grad():
+            x.set_(inner_outs[m.slot])
         return
     if m.geometry is not None:
         sizes, strides, offset = m.geometry
-        with torch.no_grad():
+        with torch.set_grad_enabled(m.metadata_grad):
             x.as_strided_(sizes, strides, offset)
     if m.copy_data:
-        x.copy_(inner_outs[m.slot])
+        if m.no_grad:
+            with torch.no_grad():
+                x.copy_(inner_outs[m.slot])
+        else:
+            x.copy_(inner_outs[m.slot])
 
 
 def _view(viewed: torch.Tensor, r: OutputRecipe) -> torch.Tensor:

@@ -26,7 +26,7 @@ class Functionalize:
         with torch.set_grad_enabled(request.grad_enabled):
             meta, run = analyze_run(request.graph, request.inputs, request.fake_mode)
             layout = FunctionalLayout.of(meta)
-            plan = EpiloguePlan.build(meta, run, layout, request.inputs)
+            plan = EpiloguePlan.build(meta, run, layout, request.inputs, request.grad_enabled)
             graph = trace_functional(request.graph, request.inputs, request.fake_mode, layout)
         left = writing_nodes(graph)
         if left:
