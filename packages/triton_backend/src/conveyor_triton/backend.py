@@ -1,0 +1,64 @@
+"""The ``triton`` backend: decompose, fuse, generate kernels, fall back to aten."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from conveyor import CompiledFn, Request, StageError
+from conveyor_triton import interpreter
+from conveyor_triton.classify import writes
+from conveyor_triton.decompose import decompose
+from conveyor_triton.lower import lower
+
+STAGE = "triton"
+
+interpreter.switch_on_if_no_gpu()
+
+OPTIONS: dict[str, Any] = {
+    "cache_dir": None,  # where kernel sources are kept (default: ~/.cache/conveyor/triton)
+    "log": False,  # print each kernel's source and file when it is first loaded
+    "poison": False,  # fill outputs with a sentinel before each launch (tests)
+    "decompose": True,  # retrace with the decomposition table first
+}
+
+
+def _received_outputs(request: Request) -> list[Any]:
+    output = next(n for n in request.graph.graph.nodes if n.op == "output")
+    args = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
+
+
+class TritonBackend:
+    """Compiles a request's graph into a :class:`~conveyor_triton.program.Program`.
+
+    The program is also recorded in ``request.graph.meta["conveyor_triton"]``,
+    so the graph :func:`conveyor.last_graphs` shows after this stage carries its
+    kernels and report (see :func:`conveyor_triton.reports`)."""
+
+    def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
+        tensors = [t for t in request.inputs if isinstance(t, torch.Tensor)]
+        if request.grad_enabled and any(t.requires_grad for t in tensors):
+            raise StageError(
+                STAGE,
+                "inputs require grad, and generated kernels record no autograd history; "
+                "enable the autograd stage (it hands this backend separate forward and backward graphs), "
+                "or run under torch.no_grad()",
+            )
+        interpreter.prepare({t.device for t in tensors}, STAGE)
+        notes: list[str] = []
+        mutating = any(writes(n) for n in request.graph.graph.nodes if n.op == "call_function")
+        if mutating:
+            gm = request.graph
+            notes.append("graph writes to tensors: not decomposed; fusion stops at each write")
+        elif options.get("decompose", True):
+            gm, why = decompose(request)
+            if why:
+                notes.append(why)
+        else:
+            gm = request.graph
+        program = lower(gm, _received_outputs(request), request.label, dict(options), notes)
+        request.graph.meta["conveyor_triton"] = program
+        return program

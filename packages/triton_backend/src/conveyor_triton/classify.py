@@ -1,0 +1,142 @@
+"""What each node of a decomposed graph is to the backend.
+
+* ``pointwise``: one output element from the same element of each operand
+  (after broadcasting); written as a Triton expression (``conveyor_triton.ops``).
+* ``reduction``: ``sum`` / ``amax`` / ``amin`` over some dimensions.
+* ``view``: a view op. Inside a fusion group an order-keeping view
+  (``view``, ``unsqueeze``, ``squeeze``, ...) is free; otherwise it runs as the
+  aten view on the real tensor, which copies nothing, and kernels read the
+  result through its sizes and strides (index arithmetic, no copy).
+* ``fallback``: everything else (matmul, convolution, random ops, ops that
+  write to a tensor, ops on dtypes or devices a kernel cannot take) runs as an
+  aten call between kernels, with the reason in the report.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.fx
+
+from conveyor_triton.dtypes import SUPPORTED
+from conveyor_triton.ops import RULES, Value
+
+aten = torch.ops.aten
+
+Category = Literal["pointwise", "reduction", "view", "fallback"]
+
+REDUCTIONS = {
+    aten.sum.dim_IntList: "sum",
+    aten.sum.default: "sum",
+    aten.amax.default: "max",
+    aten.amin.default: "min",
+}
+
+# views that keep the row-major order of elements: identities on a linear index
+ORDER_KEEPING_VIEWS = {
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.unsqueeze.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    aten.alias.default,
+}
+
+
+@dataclass(frozen=True)
+class NodeClass:
+    """A node's category; for ``fallback``, why."""
+
+    category: Category
+    reason: str = ""
+    writes: bool = False
+
+    def __post_init__(self) -> None:
+        if self.category == "fallback" and not self.reason:
+            raise ValueError("a fallback needs a reason")
+
+
+def writes(node: torch.fx.Node) -> bool:
+    """Whether ``node`` writes to (or changes the metadata of) one of its arguments."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return False
+    if schema.is_mutable:
+        return True
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def is_view(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or node.target is operator.getitem:
+        return False
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+
+
+def static_tensor(value: Any) -> bool:
+    """A tensor with concrete sizes and strides and a dtype a kernel takes."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.layout is torch.strided
+        and value.dtype in SUPPORTED
+        and all(isinstance(s, int) for s in (*value.shape, *value.stride()))
+    )
+
+
+def _tensor_args(node: torch.fx.Node) -> list[Any]:
+    return [a.meta.get("val") for a in node.all_input_nodes]
+
+
+def classify(node: torch.fx.Node) -> NodeClass:
+    """The category of a ``call_function`` node."""
+    if writes(node):
+        return NodeClass("fallback", "writes to an argument", writes=True)
+    out = node.meta.get("val")
+    if node.target in ORDER_KEEPING_VIEWS or is_view(node):
+        return NodeClass("view")
+    if node.target not in RULES and node.target not in REDUCTIONS:
+        return NodeClass("fallback", f"no lowering for {node.target}")
+    if not static_tensor(out):
+        return NodeClass("fallback", "output is not a statically shaped tensor of a supported dtype")
+    args = _tensor_args(node)
+    if not all(static_tensor(a) for a in args):
+        return NodeClass("fallback", "an operand is not a statically shaped tensor of a supported dtype")
+    if any(a.device != out.device for a in args):
+        return NodeClass("fallback", "operands on several devices")
+    if out.device.type not in ("cpu", "cuda"):
+        return NodeClass("fallback", f"device {out.device.type}")
+    if node.target in REDUCTIONS:
+        return _classify_reduction(node, out)
+    return _classify_pointwise(node, out)
+
+
+def _classify_reduction(node: torch.fx.Node, out: torch.Tensor) -> NodeClass:
+    x = node.args[0].meta["val"]  # type: ignore[union-attr]
+    kind = REDUCTIONS[node.target]
+    if kind != "sum" and x.numel() == 0:
+        return NodeClass("fallback", f"{kind} of an empty tensor (eager raises)")
+    if kind != "sum" and out.dtype is torch.bool:
+        return NodeClass("fallback", f"{kind} of bool")
+    return NodeClass("reduction")
+
+
+def _classify_pointwise(node: torch.fx.Node, out: torch.Tensor) -> NodeClass:
+    rule = RULES[node.target]
+    operands: list[Value] = []
+    for i in rule.reads:
+        a = node.args[i] if i < len(node.args) else None
+        if isinstance(a, torch.fx.Node):
+            v = a.meta["val"]
+            operands.append(Value(f"a{i}", v.dtype, ndim=v.dim()))
+        elif isinstance(a, (bool, int, float)):
+            operands.append(Value("", None, a))
+        else:
+            return NodeClass("fallback", f"argument {i} is {type(a).__name__}")
+    if rule.emit(operands, node, out.dtype) is None:
+        return NodeClass("fallback", f"{node.target} with these dtypes / arguments has no lowering")
+    return NodeClass("pointwise")

@@ -1,0 +1,116 @@
+"""Decompose the received graph to the small op set the backend lowers.
+
+PyTorch's core aten decompositions, plus the ones that turn normalization and
+softmax ops (and their backwards) into pointwise ops and ``sum`` / ``amax``,
+plus our own ``mean`` / ``var`` / ``var_mean`` / ``std`` in terms of ``sum``
+(PyTorch's go through ``prims.var``, which has no single-kernel lowering here).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions, get_decompositions
+
+import conveyor
+from conveyor import Request
+
+aten = torch.ops.aten
+
+_EXTRA = [
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
+    aten.gelu,
+    aten.gelu_backward,
+    aten._softmax,
+    aten._log_softmax,
+    aten._softmax_backward_data,
+    aten._log_softmax_backward_data,
+    aten.threshold_backward,
+    aten.sigmoid_backward,
+    aten.tanh_backward,
+    aten.silu,
+    aten.silu_backward,
+    aten.hardtanh,
+    aten.square,
+    aten.addcmul,
+    aten.addcdiv,
+    aten.lerp,
+]
+
+
+def _dims(x: torch.Tensor, dim: Any) -> list[int]:
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(x.dim()))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % max(x.dim(), 1) for d in dims})
+
+
+def _count(x: torch.Tensor, dims: Sequence[int]) -> int:
+    return math.prod(x.shape[d] for d in dims) if x.dim() else 1
+
+
+def _mean(x: torch.Tensor, dim: Any = None, keepdim: bool = False, *, dtype: torch.dtype | None = None) -> Any:
+    out_dtype = dtype or x.dtype
+    if not out_dtype.is_floating_point:
+        return NotImplemented
+    dims = _dims(x, dim)
+    return aten.sum.dim_IntList(x, dims, keepdim, dtype=out_dtype) / _count(x, dims)
+
+
+def _mean_default(x: torch.Tensor, *, dtype: torch.dtype | None = None) -> Any:
+    return _mean(x, None, False, dtype=dtype)
+
+
+def _var(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0] if x.is_floating_point() else NotImplemented
+
+
+def _var_mean(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    if not x.is_floating_point():
+        return NotImplemented
+    dims = _dims(x, dim)
+    n = _count(x, dims)
+    mean = aten.sum.dim_IntList(x, dims, True) / n
+    centered = x - mean
+    c = 1 if correction is None else correction
+    var = aten.sum.dim_IntList(centered * centered, dims, keepdim) / max(n - c, 0)
+    return var, (mean if keepdim else aten.squeeze.dims(mean, dims))
+
+
+def _std(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    var = _var(x, dim, correction=correction, keepdim=keepdim)
+    return NotImplemented if var is NotImplemented else aten.sqrt(var)
+
+
+def table() -> dict[Any, Callable[..., Any]]:
+    """The decomposition table the backend traces with."""
+    decomps = {**core_aten_decompositions(), **get_decompositions(_EXTRA)}
+    decomps.update(
+        {
+            aten.mean.dim: _mean,
+            aten.mean.default: _mean_default,
+            aten.var.correction: _var,
+            aten.var_mean.correction: _var_mean,
+            aten.std.correction: _std,
+        }
+    )
+    return decomps
+
+
+def decompose(request: Request) -> tuple[torch.fx.GraphModule, str | None]:
+    """The request's graph retraced with :func:`table`; on failure, the graph as
+    received and the reason (its ops then run as aten calls where they must)."""
+    graph = request.graph
+
+    def flat(*args: Any) -> tuple[Any, ...]:
+        return tuple(graph(*args))
+
+    try:
+        return conveyor.retrace(flat, request.inputs, request.fake_mode, decomposition_table=table()), None
+    except Exception as exc:  # a decomposition that cannot trace: keep the ops as they are
+        return graph, f"decomposition failed ({type(exc).__name__}: {exc}); ops kept as received"

@@ -1,0 +1,74 @@
+"""How torch dtypes and Python scalars are written in generated Triton source.
+
+Note [Compute dtype]: float16 and bfloat16 values are loaded, computed on and
+kept in float32 inside a kernel and rounded only when stored, as PyTorch's own
+Triton code generation does (and as eager computes each op in float32 before
+rounding its result). An explicit conversion to a 16-bit float rounds on the
+spot, so a program that asks for the rounding gets it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+_TL = {
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.int8: "tl.int8",
+    torch.int16: "tl.int16",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
+}
+
+SUPPORTED = frozenset(_TL)
+
+
+def tl_type(dtype: torch.dtype) -> str:
+    """The Triton type a tensor of ``dtype`` is stored as."""
+    return _TL[dtype]
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a value of ``dtype`` is held in inside a kernel (Note [Compute dtype])."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def cast(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """Convert a value held for ``src`` into one held for ``dst``, as
+    ``tensor.to(dst)`` would (16-bit targets round; bool is ``!= 0``)."""
+    if dst is torch.bool:
+        return expr if src is torch.bool else f"({expr} != 0)"
+    if dst in (torch.float16, torch.bfloat16):
+        held = expr if compute_dtype(src) is torch.float32 else f"{expr}.to(tl.float32)"
+        if src is dst:
+            return held
+        return f"{held}.to({tl_type(dst)}).to(tl.float32)"
+    if compute_dtype(src) is dst:
+        return expr
+    return f"{expr}.to({tl_type(dst)})"
+
+
+def literal(value: Any) -> str:
+    """A Python scalar as Triton source."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, int):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    raise TypeError(f"no Triton literal for {type(value).__name__} {value!r}")
+
+
+def is_scalar(value: Any) -> bool:
+    return isinstance(value, (bool, int, float))

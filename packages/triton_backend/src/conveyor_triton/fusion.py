@@ -1,0 +1,276 @@
+"""Fusion groups: which nodes become one kernel.
+
+Note [Linear index]: every value inside a group is addressed by the linear
+(row-major) index of its element in its own logical shape. A pointwise group
+iterates over ``numel`` elements; a node may join when its operands from the
+group sit at the same linear index (same shape up to size-1 dimensions), so a
+view that keeps the row-major order (``view``, ``unsqueeze``, ``squeeze``) is
+free inside a group. A *row* group also has a reduction over the trailing
+``R`` elements of that order: its values are either ``full`` (linear index
+``i``) or ``row`` (index ``i // R``, one per row), and a row value broadcast
+along the trailing dimensions may feed a full node. Several reductions over
+the same rows share one group (softmax, layer norm and their backwards).
+
+Legality: groups never span a node that writes to memory (Note [Write
+barriers]), and joining a group never makes it depend on a step that depends
+on it (no cycles in the step graph).
+
+Note [Write barriers]: a graph that still contains mutation (functionalize
+disabled) is cut at each writing node into segments; every group lies in one
+segment and steps run segment by segment, so every read sees exactly the
+writes eager's would.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import torch.fx
+
+from conveyor_triton.classify import ORDER_KEEPING_VIEWS, NodeClass
+from conveyor_triton.ops import RULES
+
+Kind = Literal["full", "row"]
+
+
+@dataclass
+class Group:
+    """A fusion group while it is being formed.
+
+    :ivar members: node -> kind, in graph order.
+    :ivar numel: number of full elements.
+    :ivar reduce: ``R`` once the group has a reduction, else None.
+    :ivar rows: ``X`` once the group has a reduction.
+    :ivar permuted: its first reduction reads an input in permuted order, so
+        no full node may join (Note [Linear index]).
+    """
+
+    step: int
+    segment: int
+    numel: int
+    members: dict[torch.fx.Node, Kind] = field(default_factory=dict)
+    reduce: int | None = None
+    rows: int | None = None
+    permuted: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """One unit of the run-time program: a fusion group, an aten view, an aten
+    call (fallback), or a graph input."""
+
+    kind: Literal["input", "group", "view", "aten"]
+    node: torch.fx.Node | None
+    group: Group | None
+    segment: int
+    position: int
+
+
+def _shape(node: torch.fx.Node) -> tuple[int, ...]:
+    return tuple(node.meta["val"].shape)
+
+
+def _numel(node: torch.fx.Node) -> int:
+    return math.prod(_shape(node))
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return strides[::-1]
+
+
+def reduction_dims(node: torch.fx.Node) -> tuple[int, ...]:
+    """The dimensions a reduction node reduces, sorted (empty list: all)."""
+    rank = len(_shape(node.args[0]))  # type: ignore[arg-type]
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(rank))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return tuple(sorted({d % max(rank, 1) for d in dims})) if rank else ()
+
+
+def access_ok(src: tuple[int, ...], src_kind: Kind, dst: tuple[int, ...], dst_kind: Kind, reduce: int) -> bool:
+    """Whether a value of shape ``src`` (kind ``src_kind``), broadcast to the
+    shape ``dst`` of a ``dst_kind`` node, is read at the same linear index
+    (Note [Linear index])."""
+    if len(src) > len(dst) or (src_kind == "full" and dst_kind == "row"):
+        return False
+    padded = (1,) * (len(dst) - len(src)) + src
+    if any(s not in (1, d) for s, d in zip(padded, dst)):
+        return False
+    src_strides = contiguous_strides(padded)
+    expanded = [0 if s == 1 else st for s, st in zip(padded, src_strides)]
+    dst_strides = contiguous_strides(dst)
+    scale = reduce if (src_kind == "row" and dst_kind == "full") else 1
+    if scale != 1 and scale not in dst_strides and scale != math.prod(dst):
+        return False
+    for size, e, c in zip(dst, expanded, dst_strides):
+        if size == 1:
+            continue
+        if c >= scale:
+            if c % scale or e != c // scale:
+                return False
+        elif e != 0:
+            return False
+    return True
+
+
+class Fuser:
+    """Forms fusion groups over a decomposed graph, in one pass in graph order."""
+
+    def __init__(self, graph: torch.fx.Graph, classes: dict[torch.fx.Node, NodeClass]) -> None:
+        self.classes = classes
+        self.steps: list[Step] = []
+        self.deps: list[set[int]] = []
+        self.step_of: dict[torch.fx.Node, int] = {}
+        self.group_of: dict[torch.fx.Node, Group] = {}
+        segment = 0
+        for position, node in enumerate(graph.nodes):
+            if node.op == "output":
+                continue
+            cls = classes.get(node)
+            if cls is not None and cls.writes:
+                segment += 1
+                self._new_step("aten", node, segment, position)
+                segment += 1
+            elif node.op == "placeholder":
+                self._new_step("input", node, segment, position)
+            elif node.op != "call_function":
+                self._new_step("aten", node, segment, position)
+            elif cls.category == "pointwise":
+                self._pointwise(node, segment, position)
+            elif cls.category == "reduction":
+                self._reduction(node, segment, position)
+            elif cls.category == "view":
+                self._view(node, segment, position)
+            else:
+                self._new_step("aten", node, segment, position)
+
+    # -- steps and their dependencies -------------------------------------
+    def _new_step(self, kind: str, node: torch.fx.Node, segment: int, position: int, group: Group | None = None) -> int:
+        index = len(self.steps)
+        self.steps.append(Step(kind, node if group is None else None, group, segment, position))  # type: ignore[arg-type]
+        self.deps.append({self.step_of[a] for a in node.all_input_nodes})
+        self.step_of[node] = index
+        return index
+
+    def _reaches(self, start: set[int], target: int) -> bool:
+        seen, stack = set(), list(start)
+        while stack:
+            s = stack.pop()
+            if s == target:
+                return True
+            if s not in seen:
+                seen.add(s)
+                stack.extend(self.deps[s])
+        return False
+
+    def _join(self, node: torch.fx.Node, group: Group, kind: Kind) -> bool:
+        """Add ``node`` to ``group`` unless that would make a cycle."""
+        outside = {self.step_of[a] for a in node.all_input_nodes if self.group_of.get(a) is not group}
+        if self._reaches(outside, group.step):
+            return False
+        group.members[node] = kind
+        self.deps[group.step] |= outside
+        self.step_of[node] = group.step
+        self.group_of[node] = group
+        return True
+
+    def _new_group(self, node: torch.fx.Node, kind: Kind, segment: int, position: int, numel: int) -> Group:
+        group = Group(step=len(self.steps), segment=segment, numel=numel)
+        self._new_step("group", node, segment, position, group)
+        group.members[node] = kind
+        self.group_of[node] = group
+        return group
+
+    def _internal(self, node: torch.fx.Node, segment: int) -> Group | None:
+        group = self.group_of.get(node)
+        return group if group is not None and group.segment == segment else None
+
+    # -- one node of each category ------------------------------------------
+    def _pointwise(self, node: torch.fx.Node, segment: int, position: int) -> None:
+        reads = [node.args[i] for i in RULES[node.target].reads if i < len(node.args)]
+        operands = [a for a in reads if isinstance(a, torch.fx.Node)]
+        candidates: list[Group] = []
+        for a in operands:
+            g = self._internal(a, segment)
+            if g is not None and g not in candidates:
+                candidates.append(g)
+        for group in sorted(candidates, key=lambda g: -g.step):
+            inside = [a for a in operands if self.group_of.get(a) is group]
+            any_full = any(group.members[a] == "full" for a in inside)
+            grows = group.rows is not None and _numel(node) == group.numel != group.rows
+            kind: Kind = "full" if any_full or grows else "row"
+            if kind == "full" and group.permuted:
+                continue
+            if _numel(node) != (group.numel if kind == "full" else group.rows):
+                continue
+            reduce = group.reduce or 1
+            if all(access_ok(_shape(a), group.members[a], _shape(node), kind, reduce) for a in inside):
+                if self._join(node, group, kind):
+                    return
+        self._new_group(node, "full", segment, position, _numel(node))
+
+    def _reduction(self, node: torch.fx.Node, segment: int, position: int) -> None:
+        source = node.args[0]
+        shape = _shape(source)  # type: ignore[arg-type]
+        dims = reduction_dims(node)
+        reduce = math.prod(shape[d] for d in dims)
+        trailing = dims == tuple(range(len(shape) - len(dims), len(shape)))
+        group = self._internal(source, segment)  # type: ignore[arg-type]
+        if (
+            group is not None
+            and trailing
+            and group.members[source] == "full"  # type: ignore[index]
+            and not group.permuted
+            and group.numel == math.prod(shape)
+            and (group.reduce is None or (group.reduce == reduce and group.rows == _numel(node)))
+        ):
+            if self._join(node, group, "row"):
+                group.reduce, group.rows = reduce, _numel(node)
+                return
+        group = self._new_group(node, "row", segment, position, math.prod(shape))
+        group.reduce, group.rows, group.permuted = reduce, _numel(node), not trailing
+
+    def _view(self, node: torch.fx.Node, segment: int, position: int) -> None:
+        source = node.args[0]
+        group = self._internal(source, segment) if isinstance(source, torch.fx.Node) else None
+        if (
+            group is not None
+            and node.target in ORDER_KEEPING_VIEWS
+            and _numel(node) == _numel(source)  # type: ignore[arg-type]
+            and node.meta["val"].dtype == source.meta["val"].dtype  # type: ignore[union-attr]
+            and self._join(node, group, group.members[source])  # type: ignore[index]
+        ):
+            return
+        self._new_step("view", node, segment, position)
+
+    # -- the result -----------------------------------------------------------
+    def order(self) -> list[int]:
+        """Steps in an order that respects data and segments (Note [Write barriers])."""
+        import heapq
+
+        users: list[set[int]] = [set() for _ in self.steps]
+        waiting = [len(d - {i}) for i, d in enumerate(self.deps)]
+        for i, d in enumerate(self.deps):
+            for j in d - {i}:
+                users[j].add(i)
+        ready = [(self.steps[i].segment, self.steps[i].position, i) for i, w in enumerate(waiting) if w == 0]
+        heapq.heapify(ready)
+        out: list[int] = []
+        while ready:
+            _, _, i = heapq.heappop(ready)
+            out.append(i)
+            for u in users[i]:
+                waiting[u] -= 1
+                if waiting[u] == 0:
+                    heapq.heappush(ready, (self.steps[u].segment, self.steps[u].position, u))
+        if len(out) != len(self.steps):
+            raise AssertionError("fusion made a cycle in the step graph")
+        return out

@@ -1,0 +1,134 @@
+"""From a decomposed graph to a :class:`~conveyor_triton.program.Program`:
+classify, fuse, decide what each kernel stores, generate the sources."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+
+from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
+from conveyor_triton.codegen import generate
+from conveyor_triton.fusion import Fuser, Group, contiguous_strides
+from conveyor_triton.ops import RULES
+from conveyor_triton.program import AtenStep, KernelStep, Program
+from conveyor_triton.report import Fallback, KernelEntry, Report
+
+
+def _is_view_member(node: torch.fx.Node) -> bool:
+    return node.target not in RULES and node.target not in REDUCTIONS
+
+
+def _outside(node: torch.fx.Node, group: Group) -> bool:
+    return any(u.op == "output" or u not in group.members for u in node.users)
+
+
+def _split_stores(group: Group) -> tuple[list[torch.fx.Node], list[torch.fx.Node]]:
+    """The members the kernel stores, and the view members taken afterwards
+    (as aten views of stored values) for users outside the group."""
+    needed: set[torch.fx.Node] = set()
+    for node in reversed(list(group.members)):
+        if node in needed or _outside(node, group):
+            needed.add(node)
+            if _is_view_member(node):
+                needed.add(node.args[0])  # type: ignore[arg-type]
+    stored = [n for n in group.members if n in needed and not _is_view_member(n)]
+    post = [n for n in group.members if n in needed and _is_view_member(n)]
+    return stored, post
+
+
+def dense(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether a layout covers its elements exactly once with no gaps."""
+    if any(s == 0 for s in shape):
+        return True
+    expected = 1
+    for size, st in sorted((p for p in zip(shape, stride) if p[0] > 1), key=lambda p: p[1]):
+        if st != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _strides(node: torch.fx.Node, output_meta: dict[torch.fx.Node, Any]) -> tuple[int, ...]:
+    """Strides for a stored value: the received graph's, for a graph output
+    (eager's layout); else the decomposed graph's when dense; else contiguous."""
+    val = node.meta["val"]
+    for candidate in (output_meta.get(node), val):
+        if (
+            isinstance(candidate, torch.Tensor)
+            and candidate.shape == val.shape
+            and all(isinstance(s, int) for s in candidate.stride())
+            and dense(candidate.shape, candidate.stride())
+        ):
+            return tuple(candidate.stride())
+    return tuple(contiguous_strides(tuple(val.shape)))
+
+
+def _short(node: torch.fx.Node) -> str:
+    name = getattr(node.target, "__name__", str(node.target))
+    return name.split(".")[0].strip("_")
+
+
+def lower(
+    gm: torch.fx.GraphModule,
+    received_outputs: Sequence[Any],
+    label: str,
+    options: dict[str, Any],
+    notes: Sequence[str] = (),
+) -> Program:
+    """Build the program for ``gm``.
+
+    :param received_outputs: the fake output values of the graph the backend
+        received, by output position (their strides are eager's).
+    """
+    graph = gm.graph
+    classes: dict[torch.fx.Node, NodeClass] = {
+        n: classify(n) for n in graph.nodes if n.op == "call_function"
+    }
+    fuser = Fuser(graph, classes)
+    output_node = next(n for n in graph.nodes if n.op == "output")
+    outputs = list(output_node.args[0]) if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
+    output_meta: dict[torch.fx.Node, Any] = {}
+    for o, received in zip(outputs, received_outputs):
+        if isinstance(o, torch.fx.Node):
+            output_meta.setdefault(o, received)
+    cache_dir = Path(options["cache_dir"]) if options.get("cache_dir") else None
+
+    steps: list[KernelStep | AtenStep] = []
+    kernels: list[KernelEntry] = []
+    fallbacks: list[Fallback] = []
+    views = 0
+    for index in fuser.order():
+        step = fuser.steps[index]
+        if step.kind == "input":
+            continue
+        if step.kind in ("view", "aten"):
+            node = step.node
+            assert node is not None
+            steps.append(AtenStep(node, gm))
+            if step.kind == "view":
+                views += 1
+            elif node.op == "call_function":
+                cls = classes[node]
+                fallbacks.append(Fallback(node.name, str(node.target), cls.reason or "a view op that reorders"))
+            continue
+        group = step.group
+        assert group is not None
+        stored, post = _split_stores(group)
+        if not stored:
+            continue
+        ops = [_short(n) for n in group.members if not _is_view_member(n)]
+        name = f"k{len(kernels)}_" + "_".join(dict.fromkeys(ops[:4]))
+        sources = {wide: generate(group, stored, name, wide) for wide in (False, True)}
+        strides = tuple(_strides(n, output_meta) for n in stored)
+        steps.append(
+            KernelStep(sources, strides, tuple(post), cache_dir, bool(options.get("poison")), bool(options.get("log")))
+        )
+        kind = "reduction" if group.reduce is not None else "pointwise"
+        kernels.append(KernelEntry(name, tuple(n.name for n in group.members), kind, sources[False].source))
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    report = Report(label, tuple(kernels), tuple(fallbacks), views, tuple(notes))
+    return Program(placeholders, steps, outputs, report)

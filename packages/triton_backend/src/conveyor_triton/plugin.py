@@ -1,0 +1,23 @@
+"""Registers the ``triton`` backend stage (entry point ``conveyor: triton``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import conveyor
+from conveyor import StageSpec
+from conveyor_triton.backend import OPTIONS, STAGE, TritonBackend
+
+
+@conveyor.hookimpl
+def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
+    register(
+        StageSpec(
+            name=STAGE,
+            kind="backend",
+            impl=TritonBackend(),
+            after=("dedupe", "synthetic_base", "functionalize", "autograd"),
+            options=OPTIONS,
+            description="fused Triton kernels (interpreter on CPU), aten fallbacks listed in a report",
+        )
+    )

@@ -1,0 +1,161 @@
+"""The compiled program: kernel launches and aten calls, in order.
+
+A :class:`Program` is the backend's compiled callable (Note [Flat calling
+convention] in ``conveyor.stage``): it takes the list of flat inputs, runs its
+steps over an environment of real tensors keyed by graph node, and returns
+the graph's outputs. Views run as aten view ops (no copy) and kernels read
+their results through strides; a view of a fused value that is needed outside
+its kernel is taken after the kernel from the stored value, so outputs alias
+each other exactly as in eager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+
+from conveyor_triton import kernel_cache
+from conveyor_triton.codegen import KernelSource
+from conveyor_triton.report import Report
+
+INT32_LIMIT = 2**31 - 1
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def block_sizes(device: torch.device, xnumel: int, rnumel: int | None) -> dict[str, int]:
+    """Block sizes: big blocks and few programs in the interpreter (each program
+    costs about a millisecond there), GPU-sized ones on CUDA."""
+    interpreted = device.type != "cuda"
+    if rnumel is None:
+        return {"XBLOCK": min(_next_pow2(max(xnumel, 1)), 1 << 15 if interpreted else 1024)}
+    rblock = min(_next_pow2(max(rnumel, 1)), 2048 if interpreted else 1024)
+    budget = (1 << 15 if interpreted else 4096) // rblock
+    return {"XBLOCK": max(1, min(_next_pow2(max(xnumel, 1)), budget)), "RBLOCK": rblock}
+
+
+def _extent(t: torch.Tensor) -> int:
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) + 1
+
+
+@dataclass
+class KernelStep:
+    """One kernel launch. ``sources`` holds the 32-bit and the 64-bit indexing
+    variants; the latter is loaded only when a launch needs it."""
+
+    sources: dict[bool, KernelSource]
+    store_strides: tuple[tuple[int, ...], ...]
+    post_views: tuple[torch.fx.Node, ...]
+    cache_dir: Path | None
+    poison: bool
+    log: bool
+    files: dict[bool, Path] = field(default_factory=dict)
+    _fns: dict[bool, Any] = field(default_factory=dict)
+
+    @property
+    def kernel(self) -> KernelSource:
+        return self.sources[False]
+
+    def fn(self, index64: bool) -> Any:
+        if index64 not in self._fns:
+            src = self.sources[index64]
+            self._fns[index64], self.files[index64] = kernel_cache.load(src.source, src.name, self.cache_dir)
+            if self.log:
+                print(f"[conveyor_triton] kernel {src.name} -> {self.files[index64]}\n{src.source}")
+        return self._fns[index64]
+
+    def run(self, env: dict[torch.fx.Node, Any]) -> None:
+        k = self.kernel
+        args: list[Any] = []
+        tensors: list[torch.Tensor] = []
+        for load in k.loads:
+            t = env[load.node]
+            if load.permute is not None:
+                t = t.permute(load.permute)
+            t = t.expand(load.shape)
+            tensors.append(t)
+            args += [t, *t.shape[1:], *t.stride()]
+        device = tensors[0].device if tensors else None
+        outs = []
+        for store, stride in zip(k.stores, self.store_strides):
+            device = device or store.node.meta["val"].device
+            out = torch.empty_strided(store.shape, stride, dtype=store.dtype, device=device)
+            if self.poison:
+                out.fill_(_poison(store.dtype))
+            outs.append(out)
+            env[store.node] = out
+            args += [out, *store.shape[1:], *stride]
+        args.append(k.xnumel)
+        if k.rnumel is not None:
+            args.append(k.rnumel)
+        total = k.xnumel * (k.rnumel or 1)
+        if total > 0 and k.xnumel > 0:
+            index64 = total > INT32_LIMIT or any(_extent(t) > INT32_LIMIT for t in [*tensors, *outs])
+            blocks = block_sizes(device, k.xnumel, k.rnumel)
+            grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
+            self.fn(index64)[grid](*args, **blocks)
+        for view in self.post_views:
+            env[view] = run_node(view, env, None)
+
+
+def _poison(dtype: torch.dtype) -> Any:
+    if dtype is torch.bool:
+        return True
+    if dtype.is_floating_point:
+        return torch.finfo(dtype).max
+    return torch.iinfo(dtype).min
+
+
+def run_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], module: torch.fx.GraphModule | None) -> Any:
+    """Run one node as aten (a fallback, a view, or a ``get_attr``)."""
+    if node.op == "get_attr":
+        obj: Any = module
+        for part in str(node.target).split("."):
+            obj = getattr(obj, part)
+        return obj
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    return node.target(*args, **kwargs)  # type: ignore[operator]
+
+
+@dataclass
+class AtenStep:
+    node: torch.fx.Node
+    module: torch.fx.GraphModule
+
+    def run(self, env: dict[torch.fx.Node, Any]) -> None:
+        env[self.node] = run_node(self.node, env, self.module)
+
+
+class Program:
+    """The triton backend's compiled callable for one graph."""
+
+    def __init__(
+        self,
+        placeholders: Sequence[torch.fx.Node],
+        steps: Sequence[KernelStep | AtenStep],
+        outputs: Sequence[Any],
+        report: Report,
+    ) -> None:
+        self.placeholders = tuple(placeholders)
+        self.steps = tuple(steps)
+        self.outputs = tuple(outputs)
+        self.report = report
+
+    @property
+    def kernels(self) -> tuple[KernelStep, ...]:
+        return tuple(s for s in self.steps if isinstance(s, KernelStep))
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, args))
+        args.clear()
+        for step in self.steps:
+            step.run(env)
+        return [env[o] if isinstance(o, torch.fx.Node) else o for o in self.outputs]
