@@ -1,0 +1,148 @@
+"""Programs through the triton backend alone, against eager (``conveyor.testing.check``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import conveyor_triton
+from conveyor.testing import check
+
+
+def pointwise_chain(x, y):
+    return (x * y + 1).sigmoid() * torch.tanh(x) - y.exp() / 3
+
+
+def broadcast(x, b):
+    return torch.relu(x + b) * b.unsqueeze(0), (x > 0.5).sum(-1)
+
+
+def non_contiguous(x):
+    return x.t() * 2 + x.t().sin(), x[:, ::2].cos()
+
+
+def softmax(x):
+    return torch.softmax(x, -1), torch.log_softmax(x, 1)
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def reductions(x):
+    return x.sum(), x.mean(0), x.amax(-1, keepdim=True), x.amin((0, 1)), x.var(-1), torch.var_mean(x, 0)
+
+
+def views_and_outputs(x):
+    y = x * 2
+    return y, y.view(-1), y.t(), (y + 1).reshape(x.shape[1], x.shape[0])
+
+
+def where_and_compare(x, y):
+    return torch.where(x > y, x, y * 2), (x == y) | (x < 0), torch.maximum(x, y), torch.clamp(x, -0.5, 0.5)
+
+
+def int_and_bool(a, m):
+    return a * 3 + 1, a.sum(0), ~m, m.logical_and(a > 2), (a // 1).to(torch.float32) / 2
+
+
+def size_edges(x0, x1):
+    return x0 * 2, x0.sum(-1), x1.exp(), x1.sum(0), torch.softmax(x1, -1)
+
+
+def fallback_matmul(x, w):
+    return F.gelu(x @ w + 1).sum(-1)
+
+
+def writes(x, y):
+    z = x * 2
+    z.add_(y)
+    return z.sin(), x.cos()
+
+
+def scalar_constants(x):
+    return torch.full_like(x, 2.5) * x, torch.zeros_like(x) + 1, x.new_ones(()) + x
+
+
+CASES = [
+    (pointwise_chain, lambda: (torch.randn(5, 7), torch.randn(5, 7))),
+    (broadcast, lambda: (torch.rand(6, 9), torch.rand(9))),
+    (non_contiguous, lambda: (torch.randn(8, 6),)),
+    (softmax, lambda: (torch.randn(6, 33) * 4,)),
+    (softmax, lambda: (torch.randn(3, 2100),)),  # rows longer than one block: looped reductions
+    (layer_norm, lambda: (torch.randn(2, 5, 16), torch.randn(16), torch.randn(16))),
+    (reductions, lambda: (torch.randn(4, 6, 5),)),
+    (views_and_outputs, lambda: (torch.randn(3, 4),)),
+    (where_and_compare, lambda: (torch.randn(4, 5), torch.randn(4, 5))),
+    (int_and_bool, lambda: (torch.randint(-5, 5, (4, 6), dtype=torch.int32), torch.rand(4, 6) > 0.5)),
+    (size_edges, lambda: (torch.randn(0, 4), torch.randn(1, 1))),
+    (fallback_matmul, lambda: (torch.randn(4, 8), torch.randn(8, 3))),
+    (writes, lambda: (torch.randn(4, 4), torch.randn(4, 4))),
+    (scalar_constants, lambda: (torch.randn(3, 3),)),
+]
+
+
+@pytest.mark.parametrize("fn, make_args", CASES, ids=[f"{c[0].__name__}-{i}" for i, c in enumerate(CASES)])
+def test_program_matches_eager(fn, make_args, triton_only):
+    torch.manual_seed(0)
+    check(fn, *make_args(), compile=triton_only())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_blocks(dtype, triton_only):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 32).to(dtype), torch.randn(32).to(dtype), torch.randn(32).to(dtype)
+
+    def block(x, w, b):
+        y = F.layer_norm(x, (32,), w, b)
+        return torch.softmax(y, -1), F.gelu(y), (x * w).sum(-1)
+
+    check(block, x, w, b, compile=triton_only(), atol=2e-2, rtol=2e-2)
+
+
+def test_fusion_groups(triton_only):
+    """Layer norm, softmax and GELU over the same rows make one kernel."""
+
+    def block(x, w, b):
+        y = F.layer_norm(x, (16,), w, b)
+        return torch.softmax(y, -1) + F.gelu(y)
+
+    result = check(block, torch.randn(8, 16), torch.randn(16), torch.randn(16), compile=triton_only())
+    (report,) = conveyor_triton.reports(result.compiled)
+    assert len(report.kernels) == 1, str(report)
+    assert report.kernels[0].kind == "reduction"
+    assert not report.fallbacks
+    assert "@triton.jit" in report.sources()
+
+
+def test_fallbacks_are_reported(triton_only):
+    result = check(fallback_matmul, torch.randn(4, 8), torch.randn(8, 3), compile=triton_only())
+    (report,) = conveyor_triton.reports(result.compiled)
+    assert [f.target for f in report.fallbacks] == ["aten.mm.default"], str(report)
+    assert "aten.mm.default" in str(report)
+
+
+def test_writes_cut_fusion(triton_only):
+    result = check(writes, torch.randn(4, 4), torch.randn(4, 4), compile=triton_only())
+    (report,) = conveyor_triton.reports(result.compiled)
+    assert any("writes" in f.reason for f in report.fallbacks), str(report)
+    assert any("writes to tensors" in n for n in report.notes)
+
+
+def test_inputs_requiring_grad_need_autograd_stage(triton_only):
+    compiled = triton_only()(lambda x: x.sin())
+    with pytest.raises(RuntimeError, match="enable the autograd stage"):
+        compiled(torch.randn(3, requires_grad=True))
+    with torch.no_grad():
+        check(lambda x: x.sin(), torch.randn(3, requires_grad=True), compile=triton_only(), check_grads=False)
+
+
+def test_new_sizes_reuse_source(triton_only):
+    compiled = triton_only()(pointwise_chain)
+    compiled(torch.randn(3, 4), torch.randn(3, 4))
+    (first,) = conveyor_triton.reports(compiled)
+    compiled(torch.randn(7, 2), torch.randn(7, 2))
+    (second,) = conveyor_triton.reports(compiled)
+    assert first is not second
+    assert first.sources() == second.sources()
