@@ -21,6 +21,7 @@ class Case:
     fn: Callable[..., Any]
     shapes: tuple[tuple[int, ...], ...]
     mutated: tuple[int, ...] = ()
+    differentiable: bool = True  # eager has a backward for it (set_ has none)
 
     def leaves(self, requires_grad: bool) -> list[torch.Tensor]:
         gen = torch.Generator().manual_seed(len(self.name))
@@ -33,9 +34,11 @@ class Case:
 CASES: list[Case] = []
 
 
-def case(*shapes: tuple[int, ...], mutated: tuple[int, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def case(
+    *shapes: tuple[int, ...], mutated: tuple[int, ...] = (), differentiable: bool = True
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        CASES.append(Case(fn.__name__, fn, shapes, mutated))
+        CASES.append(Case(fn.__name__, fn, shapes, mutated, differentiable))
         return fn
 
     return register
@@ -472,3 +475,31 @@ def everything(x):
     x[0].add_(1)
     y = x * 2
     return (x, x.view(-1), y[0], y[1], y.sum())
+
+
+# -- storage swaps (set_) ----------------------------------------------------------
+
+
+@case(S, (2, 2), mutated=(0,), differentiable=False)
+def set_onto_input(x, y):
+    x.set_(y)
+    return (x + 1,)
+
+
+@case(S, (2, 2), mutated=(0,), differentiable=False)
+def set_return_input(x, y):
+    x.set_(y)
+    return (x,)
+
+
+@case(S, (2, 2), mutated=(0, 1), differentiable=False)
+def set_then_write_other(x, y):
+    x.set_(y)
+    y.mul_(2)
+    return (x * 1,)
+
+
+@case(S, (2, 2), mutated=(0,), differentiable=False)
+def set_onto_intermediate(x, y):
+    x.set_(y * 2)
+    return (y + 1,)

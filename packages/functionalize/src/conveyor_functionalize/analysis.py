@@ -9,6 +9,7 @@ wrapper's mutation flags and classify each output by identity and storage.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +44,7 @@ def analyze_run(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: A
     inputs = tuple(inputs)
     with fake_mode:
         run = run_functional(graph, inputs)
-    infos = tuple(_input_info(arg, f) for arg, f in zip(inputs, run.f_inputs))
+    infos = _with_swap_targets(tuple(_input_info(arg, f) for arg, f in zip(inputs, run.f_inputs)), run)
     _check_no_mutated_aliases(inputs, infos)
     outputs, num_bases = _classify_outputs(run, infos)
     return ProgramMeta(infos, outputs, num_bases), run
@@ -73,6 +74,22 @@ def _input_info(arg: Any, f_arg: Any) -> InputInfo:
         and bool(torch._functionalize_are_all_mutations_hidden_from_autograd(elem)),
         requires_grad=arg.requires_grad,
         is_leaf=arg.is_leaf,
+    )
+
+
+def _with_swap_targets(infos: tuple[InputInfo, ...], run: FunctionalRun) -> tuple[InputInfo, ...]:
+    """Fill ``swapped_onto`` for inputs ``set_`` onto another input's storage
+    (the functional wrappers' inner tensors then share a storage)."""
+    unswapped = {
+        ref: j
+        for j, f in reversed(list(enumerate(run.f_inputs)))
+        if isinstance(f, torch.Tensor) and not infos[j].mutates_storage and (ref := _storage(f.elem)) is not None
+    }
+    return tuple(
+        dataclasses.replace(info, swapped_onto=unswapped.get(_storage(run.f_inputs[i].elem)))
+        if info.mutates_storage
+        else info
+        for i, info in enumerate(infos)
     )
 
 

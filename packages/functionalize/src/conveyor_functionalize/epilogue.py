@@ -54,6 +54,9 @@ class Mutation:
     :ivar no_grad: copy the data under ``no_grad`` (eager recorded no history).
     :ivar metadata_grad: record the metadata change in autograd (eager does
         for a non-leaf that requires grad: ``t_()`` gives it a ``TBackward``).
+    :ivar storage_of: for a storage swap onto another input's storage
+        (``x.set_(y)``), that input: the swap is done last, onto the caller's
+        real ``y``, so the two share storage as in eager.
     :ivar clone_first: hand the inner callable a clone of this input: what it
         saves for backward must not be the tensor the epilogue then writes
         into (eager's in-place ops save what they need themselves).
@@ -67,10 +70,14 @@ class Mutation:
     no_grad: bool
     metadata_grad: bool
     clone_first: bool
+    storage_of: InputIdx | None = None
 
     def __post_init__(self) -> None:
-        if (self.swap_storage or self.copy_data) != (self.slot is not None):
+        new_value = self.copy_data or (self.swap_storage and self.storage_of is None)
+        if new_value != (self.slot is not None):
             raise ValueError(f"Mutation of input {self.input}: a new value slot iff data or storage changes")
+        if self.storage_of is not None and (not self.swap_storage or self.geometry is None):
+            raise ValueError(f"Mutation of input {self.input}: a swap onto input {self.storage_of} needs its geometry")
         if self.swap_storage and self.copy_data:
             raise ValueError(f"Mutation of input {self.input}: a storage swap already replaces the data")
 
@@ -127,6 +134,8 @@ class EpiloguePlan:
             for i, info in enumerate(meta.inputs)
             if info.mutated
         )
+        # swaps onto another input's storage last, after that input's own writes
+        mutations = tuple(sorted(mutations, key=lambda m: m.storage_of is not None))
         outputs = tuple(_recipe(OutputIdx(k), meta, run, layout, inputs) for k in range(len(meta.outputs)))
         return EpiloguePlan(mutations, outputs)
 
@@ -138,14 +147,25 @@ class EpiloguePlan:
 def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, records_grad: bool) -> Mutation:
     info = meta.inputs[i]
     f_input = run.f_inputs[i]
+    storage_of = None if info.swapped_onto is None else InputIdx(info.swapped_onto)
     geometry = None
-    if info.mutates_metadata and not info.mutates_storage:
-        geometry = _concrete(f_input, f"input {i} (its metadata is mutated)")
-    slot = layout.updated_input_slot(i) if (info.mutates_data or info.mutates_storage) else None
+    if info.mutates_metadata and (not info.mutates_storage or storage_of is not None):
+        after = torch._from_functional_tensor(f_input.elem)
+        geometry = _concrete(after, f"input {i} (its metadata is mutated)")
+    slot = layout.updated_input_slot(i) if i in layout.updated_inputs else None
     no_grad = info.mutations_under_no_grad or not f_input.requires_grad
     metadata_grad = records_grad and info.requires_grad and not info.is_leaf
     clone_first = records_grad and info.mutates_data
-    return Mutation(i, slot, info.mutates_storage, geometry, info.mutates_data, no_grad, metadata_grad, clone_first)
+    return Mutation(
+        i, slot, info.mutates_storage, geometry, info.mutates_data, no_grad, metadata_grad, clone_first, storage_of
+    )
+
+    ref = StorageWeakRef(run.f_inputs[i].untyped_storage())
+    for j, f in enumerate(run.f_inputs):
+        if j != i and isinstance(f, torch.Tensor) and not meta.inputs[j].mutates_storage:
+            if StorageWeakRef(f.untyped_storage()) == ref:
+                return InputIdx(j)
+    return None
 
 
 def _view_geometry(view: torch.Tensor, viewed: torch.Tensor, what: str) -> Geometry:
@@ -199,7 +219,7 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
             args[i] = args[i].clone()
         inner_outs = inner(args)
         for m in mutations:
-            _apply(m, real[m.input], inner_outs)
+            _apply(m, real, inner_outs)
         outs: list[Any] = [None] * n
         for k in order:
             r = recipes[k]
@@ -221,7 +241,13 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     return run
 
 
-def _apply(m: Mutation, x: torch.Tensor, inner_outs: Sequence[Any]) -> None:
+def _apply(m: Mutation, real: Sequence[Any], inner_outs: Sequence[Any]) -> None:
+    x = real[m.input]
+    if m.storage_of is not None:
+        sizes, strides, offset = m.geometry
+        with torch.no_grad():
+            x.set_(real[m.storage_of].untyped_storage(), offset, sizes, strides)
+        return
     if m.swap_storage:
         with torch.no_grad():
             x.set_(inner_outs[m.slot])

@@ -46,9 +46,13 @@ class FunctionalLayout:
 
     @staticmethod
     def of(meta: ProgramMeta) -> FunctionalLayout:
-        """The layout for a program's metadata."""
+        """The layout for a program's metadata. (An input ``set_`` onto
+        another input's storage needs no new value: the epilogue swaps it onto
+        the caller's real input.)"""
         updated = tuple(
-            InputIdx(i) for i, info in enumerate(meta.inputs) if info.mutates_data or info.mutates_storage
+            InputIdx(i)
+            for i, info in enumerate(meta.inputs)
+            if info.mutates_data or (info.mutates_storage and info.swapped_onto is None)
         )
         computed = tuple(OutputIdx(k) for k, o in enumerate(meta.outputs) if o.computed)
         first_of_base: dict[int, OutputIdx] = {}

@@ -44,6 +44,8 @@ class InputInfo:
     :ivar mutations_hidden_from_autograd: every mutation was hidden from
         autograd by functionalization's own rules (e.g. metadata-only
         mutations, ``.data``-style updates).
+    :ivar swapped_onto: for a storage swap onto another input's storage
+        (``x.set_(y)``), that input (:data:`InputIdx`), else ``None``.
     :ivar requires_grad: the input requires grad.
     :ivar is_leaf: the input is an autograd leaf (an in-place write on a leaf
         that requires grad is an error in eager, and here).
@@ -54,6 +56,7 @@ class InputInfo:
     mutates_storage: bool = False
     mutations_under_no_grad: bool = False
     mutations_hidden_from_autograd: bool = False
+    swapped_onto: int | None = None
     requires_grad: bool = False
     is_leaf: bool = True
 
@@ -62,6 +65,8 @@ class InputInfo:
             raise ValueError("InputInfo: a storage swap (set_) is a metadata mutation too")
         if self.mutates_storage and self.mutates_data:
             raise ValueError("InputInfo: a storage swap replaces the data; mutates_data must be false")
+        if self.swapped_onto is not None and not self.mutates_storage:
+            raise ValueError("InputInfo: swapped_onto is only for a storage swap")
 
     @property
     def mutated(self) -> bool:
