@@ -1,0 +1,113 @@
+"""Exact overlap of strided layouts that live in one storage.
+
+Two inputs that share a storage need a synthetic base only if some byte
+belongs to both. Bounds decide most pairs; two dense layouts with
+intersecting bounds overlap; what is left is decided by enumerating the
+elements inside the intersection of the bounds. Answers are memoized by
+layout, so the per-call cache key pays for each pattern once.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a strided tensor's elements sit in its storage.
+
+    :ivar itemsize: bytes per element.
+    :ivar size: sizes.
+    :ivar stride: strides, in elements (never negative in PyTorch).
+    :ivar offset: storage offset, in elements.
+    """
+
+    itemsize: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+
+    def __post_init__(self) -> None:
+        if len(self.size) != len(self.stride):
+            raise ValueError(f"Layout: {len(self.size)} sizes but {len(self.stride)} strides")
+        if self.itemsize <= 0 or self.offset < 0 or any(s < 0 for s in (*self.size, *self.stride)):
+            raise ValueError(f"Layout: negative or empty field in {self}")
+
+    @staticmethod
+    def of(t: torch.Tensor) -> Layout:
+        return Layout(
+            t.element_size(), tuple(int(s) for s in t.size()), tuple(int(s) for s in t.stride()), int(t.storage_offset())
+        )
+
+    @staticmethod
+    def dense(itemsize: int, start: int, stop: int) -> Layout:
+        """The 1-D contiguous layout of elements ``[start, stop)``."""
+        return Layout(itemsize, (stop - start,), (1,), start)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.size)
+
+    @property
+    def elements(self) -> tuple[int, int]:
+        """``[first, last + 1)``: the element span (empty layouts: ``(offset, offset)``)."""
+        if self.numel == 0:
+            return (self.offset, self.offset)
+        return (self.offset, self.offset + sum((s - 1) * st for s, st in zip(self.size, self.stride)) + 1)
+
+    @property
+    def bytes(self) -> tuple[int, int]:
+        """``[lo, hi)``: the byte span."""
+        start, stop = self.elements
+        return (start * self.itemsize, stop * self.itemsize)
+
+    @property
+    def is_dense(self) -> bool:
+        """Whether the elements cover their span exactly once."""
+        dims = sorted((st, s) for s, st in zip(self.size, self.stride) if s != 1)
+        expected = 1
+        for st, s in dims:
+            if st != expected:
+                return False
+            expected *= s
+        return True
+
+
+def _starts(layout: Layout) -> torch.Tensor:
+    """The storage index of every element (int64, flat)."""
+    index = torch.tensor(layout.offset, dtype=torch.int64)
+    for s, st in zip(layout.size, layout.stride):
+        index = index.unsqueeze(-1) + torch.arange(s, dtype=torch.int64) * st
+    return index.reshape(-1)
+
+
+def _marked(starts: torch.Tensor, width: int, lo: int, hi: int) -> torch.Tensor:
+    """Positions ``[lo, hi)`` covered by units ``[start, start + width)``."""
+    covered = (starts.unsqueeze(-1) + torch.arange(width, dtype=torch.int64)).reshape(-1)
+    covered = covered[(covered >= lo) & (covered < hi)] - lo
+    mark = torch.zeros(hi - lo, dtype=torch.bool)
+    mark[covered] = True
+    return mark
+
+
+@functools.lru_cache(maxsize=4096)
+def overlaps(a: Layout, b: Layout) -> bool:
+    """Whether some byte belongs to both layouts (exact)."""
+    if a.numel == 0 or b.numel == 0:
+        return False
+    (alo, ahi), (blo, bhi) = a.bytes, b.bytes
+    lo, hi = max(alo, blo), min(ahi, bhi)
+    if lo >= hi:
+        return False
+    if a.is_dense and b.is_dense:
+        return True
+    if a.itemsize == b.itemsize:  # whole elements coincide or not at all: count in elements
+        lo, hi = lo // a.itemsize, hi // a.itemsize
+        return bool((_marked(_starts(a), 1, lo, hi) & _marked(_starts(b), 1, lo, hi)).any())
+    a_mark = _marked(_starts(a) * a.itemsize, a.itemsize, lo, hi)
+    b_mark = _marked(_starts(b) * b.itemsize, b.itemsize, lo, hi)
+    return bool((a_mark & b_mark).any())

@@ -1,0 +1,147 @@
+"""Which inputs to merge into which synthetic base (compile time, pure).
+
+Inputs that share a storage are merged only when it matters: a group of
+inputs connected by exact overlap is merged when one of them has its data
+mutated (a metadata mutation changes only the tensor it is applied to, so it
+needs no base, unless it can move the view onto other elements). A base also takes in every other input its range would
+otherwise write back over: a data-mutated input, or another group, that
+overlaps the base. Non-overlapping inputs, and overlapping ones that no one
+mutates, are left alone.
+
+The base is the tensor every merged input views (their common ``_base``)
+when that tensor is exactly the range they use; otherwise the smallest dense
+1-D range of the storage holding them all, as a view of that common tensor
+(or of one member when they view no common tensor). A smaller base is a
+smaller write-back: the inner stages copy back the whole base when any
+merged input is mutated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from conveyor_synthetic_base.mapping import AliasView, OuterIdx, SyntheticBase
+from conveyor_synthetic_base.overlap import Layout, overlaps
+from conveyor_synthetic_base.sharing import SharedStorage
+
+
+class PlanError(ValueError):
+    """The inputs cannot be merged without changing what the program means."""
+
+
+@dataclass(frozen=True)
+class Mutations:
+    """Which outer inputs the program mutates (as seen through each input).
+
+    :ivar data: inputs whose values are written.
+    :ivar metadata: inputs whose sizes, strides or offset change.
+    :ivar moves_views: the program has an in-place op that can move a view
+        onto other elements of its storage (``as_strided_``, ``set_``,
+        ``resize_``), not only reorder its own (``t_``, ``unsqueeze_``...).
+    """
+
+    data: frozenset[OuterIdx]
+    metadata: frozenset[OuterIdx]
+    moves_views: bool = False
+
+
+def plan(shared: Sequence[SharedStorage], mutations: Mutations, *, tight: bool = True) -> tuple[SyntheticBase, ...]:
+    """The synthetic bases for inputs that share storage.
+
+    :param tight: use the smallest dense range as the base even when the
+        merged inputs view a larger common tensor (``False``: the common
+        tensor itself, as PyTorch does).
+    """
+    return tuple(b for s in shared for b in _plan_storage(s, mutations, tight))
+
+
+class _Groups:
+    """Union-find over the members of one storage (indices into members)."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, i: int, j: int) -> bool:
+        ri, rj = self.find(i), self.find(j)
+        if ri == rj:
+            return False
+        self.parent[max(ri, rj)] = min(ri, rj)
+        return True
+
+    def groups(self) -> list[list[int]]:
+        out: dict[int, list[int]] = {}
+        for i in range(len(self.parent)):
+            out.setdefault(self.find(i), []).append(i)
+        return list(out.values())
+
+
+def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[SyntheticBase]:
+    n = len(s.members)
+    data = [m in mutations.data for m in s.members]
+    layouts = [t.layout for t in s.tensors]
+    g = _Groups(n)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if overlaps(layouts[i], layouts[j]):
+                g.union(i, j)
+    # A view moved (as_strided_, set_...) onto what another input covers would
+    # read or write it behind functionalization's back: with data mutated in
+    # this storage, merge it.
+    for i in range(n):
+        if mutations.moves_views and s.members[i] in mutations.metadata:
+            for j in range(n):
+                if data[j]:
+                    g.union(i, j)
+    while True:
+        merged = [grp for grp in g.groups() if len(grp) > 1 and any(data[i] for i in grp)]
+        in_merged = {i for grp in merged for i in grp}
+        changed = False
+        for grp in merged:
+            extent = _choose(s, grp, tight)[3]
+            for k in range(n):
+                if k not in grp and (data[k] or k in in_merged) and overlaps(layouts[k], extent):
+                    changed |= g.union(grp[0], k)
+        if not changed:
+            break
+    bases = []
+    for grp in merged:
+        anchor, from_root, span, _ = _choose(s, grp, tight)
+        aliases = tuple(
+            AliasView(s.members[i], layouts[i].size, layouts[i].stride, layouts[i].offset) for i in grp
+        )
+        bases.append(SyntheticBase(aliases, anchor, from_root, span))
+    return bases
+
+
+def _choose(
+    s: SharedStorage, grp: list[int], tight: bool
+) -> tuple[OuterIdx, bool, tuple[int, int] | None, Layout]:
+    """The base of one group: ``(anchor, from_root, span, extent)``."""
+    names = [int(s.members[i]) for i in grp]
+    dtypes = {s.tensors[i].dtype for i in grp}
+    if len(dtypes) > 1:
+        raise PlanError(
+            f"inputs {names} overlap and one is mutated, but they have different dtypes "
+            f"{sorted(map(str, dtypes))}; a synthetic base has one dtype"
+        )
+    (dtype,) = dtypes
+    itemsize = s.tensors[grp[0]].layout.itemsize
+    start = min(s.tensors[i].layout.elements[0] for i in grp)
+    stop = max(s.tensors[i].layout.elements[1] for i in grp)
+    root = s.root_tensors[grp[0]]
+    from_root = len({s.roots[i] for i in grp}) == 1 and root.dtype == dtype
+    if from_root and (not tight or (root.layout.is_dense and root.layout.elements == (start, stop))):
+        return s.members[grp[0]], True, None, root.layout
+    if not from_root and any(s.tensors[i].requires_grad for i in grp):
+        raise PlanError(
+            f"inputs {names} overlap, one is mutated and they require grad, but they are not views "
+            "of one tensor of their dtype: no base can carry the gradients of each"
+        )
+    return s.members[grp[0]], from_root, (start, stop), Layout.dense(itemsize, start, stop)

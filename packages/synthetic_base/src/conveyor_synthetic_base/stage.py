@@ -1,0 +1,92 @@
+"""The synthetic_base stage: inputs that overlap and are mutated become one
+base, so no inner stage ever sees two inputs sharing memory that matters.
+
+Compile time: plan the bases (:mod:`~conveyor_synthetic_base.plan`), then
+trace the inner graph from a function that takes the bases in place of the
+merged inputs, regenerates each merged input from its base, runs the
+received graph, and returns the user's outputs plus the merged inputs whose
+metadata changed. Data mutations of merged inputs are mutations of views of
+one input to the inner stages, which handle them.
+
+Run time: the prologue builds each base from the caller's tensors; the
+epilogue (:mod:`~conveyor_synthetic_base.epilogue`) applies metadata
+mutations to the caller's tensors and drops the extra outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+import conveyor
+from conveyor import CompiledFn, Lowering, Request
+from conveyor_synthetic_base.analysis import mutations
+from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
+from conveyor_synthetic_base.mapping import BaseMap, OuterIdx
+from conveyor_synthetic_base.plan import plan
+from conveyor_synthetic_base.sharing import shared_storages
+
+
+class SyntheticBaseStage:
+    """The stage implementation (``lower``)."""
+
+    def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
+        shared = shared_storages(request.inputs)
+        if not shared:
+            return Lowering.passthrough(request)
+        muts = mutations(request)
+        bases = plan(shared, muts, tight=options["tight"])
+        if not bases:
+            return Lowering.passthrough(request)
+        mapping = BaseMap.place(len(request.inputs), bases)
+        metadata_of = tuple(o for o in mapping.merged() if o in muts.metadata)
+        with request.fake_mode, torch.set_grad_enabled(request.grad_enabled):
+            inner_inputs = tuple(mapping.to_inner(request.inputs))
+        returned: list[tuple[UserOutIdx, OuterIdx]] = []
+        graph = conveyor.retrace(
+            _regenerating(request, mapping, metadata_of, returned), inner_inputs, request.fake_mode
+        )
+        layout = OutputLayout(_user_count(request), metadata_of, tuple(returned))
+        inner = request.replace(graph=graph, inputs=inner_inputs)
+        return Lowering((inner,), lambda compiled: _wrapped(compiled, mapping, layout))
+
+
+def _user_count(request: Request) -> int:
+    (output,) = (n for n in request.graph.graph.nodes if n.op == "output")
+    return len(output.args[0])
+
+
+def _regenerating(
+    request: Request,
+    mapping: BaseMap,
+    metadata_of: tuple[OuterIdx, ...],
+    returned: list[tuple[UserOutIdx, OuterIdx]],
+) -> Any:
+    """The inner program; records which user outputs are a merged input."""
+    merged = mapping.merged()
+
+    def program(*inner: Any) -> tuple[Any, ...]:
+        outer = mapping.to_outer(inner)
+        outs = conveyor.call_graph(request.graph, outer)
+        returned[:] = [
+            (UserOutIdx(k), o) for k, out in enumerate(outs) for o in merged if out is outer[o]
+        ]
+        return (*outs, *(outer[o] for o in metadata_of))
+
+    return program
+
+
+def _wrapped(compiled: CompiledFn, mapping: BaseMap, layout: OutputLayout) -> CompiledFn:
+    def run(args: list[Any]) -> Sequence[Any]:
+        outs = compiled(mapping.to_inner(args))
+        return layout.apply(args, outs)
+
+    return run
+
+
+def cache_key(flat: Sequence[Any]) -> Any:
+    """The inputs that share storage: their layouts, dtypes, requires_grad,
+    and which of them view one tensor (overlap follows from the layouts)."""
+    return shared_storages(flat)
