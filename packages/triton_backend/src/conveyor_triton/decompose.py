@@ -40,6 +40,8 @@ _EXTRA = [
     aten.addcmul,
     aten.addcdiv,
     aten.lerp,
+    aten.zeros_like,
+    aten.ones_like,
 ]
 
 

@@ -36,7 +36,7 @@ from conveyor_triton.ops import RULES
 Kind = Literal["full", "row"]
 
 
-@dataclass
+@dataclass(eq=False)
 class Group:
     """A fusion group while it is being formed.
 
@@ -55,6 +55,7 @@ class Group:
     reduce: int | None = None
     rows: int | None = None
     permuted: bool = False
+    reads: set[torch.fx.Node] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ class Fuser:
         if self._reaches(outside, group.step):
             return False
         group.members[node] = kind
+        group.reads.update(a for a in node.all_input_nodes if a not in group.members)
         self.deps[group.step] |= outside
         self.step_of[node] = group.step
         self.group_of[node] = group
@@ -186,8 +188,20 @@ class Fuser:
         group = Group(step=len(self.steps), segment=segment, numel=numel)
         self._new_step("group", node, segment, position, group)
         group.members[node] = kind
+        group.reads.update(node.all_input_nodes)
         self.group_of[node] = group
         return group
+
+    def _sharing(self, node: torch.fx.Node, segment: int, numel: int) -> list[Group]:
+        """Groups of this segment over ``numel`` full elements that already read
+        one of ``node``'s inputs (horizontal fusion: the read is shared), most
+        recent first."""
+        found = [
+            g
+            for g in (s.group for s in self.steps if s.group is not None)
+            if g.segment == segment and g.numel == numel and not g.permuted and g.reads & set(node.all_input_nodes)
+        ]
+        return sorted(found, key=lambda g: -g.step)
 
     def _internal(self, node: torch.fx.Node, segment: int) -> Group | None:
         group = self.group_of.get(node)
@@ -215,6 +229,13 @@ class Fuser:
             if all(access_ok(_shape(a), group.members[a], _shape(node), kind, reduce) for a in inside):
                 if self._join(node, group, kind):
                     return
+        for group in self._sharing(node, segment, _numel(node)):
+            inside = [a for a in operands if self.group_of.get(a) is group]
+            if group not in candidates and all(
+                access_ok(_shape(a), group.members[a], _shape(node), "full", group.reduce or 1) for a in inside
+            ):
+                if self._join(node, group, "full"):
+                    return
         self._new_group(node, "full", segment, position, _numel(node))
 
     def _reduction(self, node: torch.fx.Node, segment: int, position: int) -> None:
@@ -235,6 +256,11 @@ class Fuser:
             if self._join(node, group, "row"):
                 group.reduce, group.rows = reduce, _numel(node)
                 return
+        if trailing and group is None:
+            for shared in self._sharing(node, segment, math.prod(shape)):
+                if shared.reduce in (None, reduce) and shared.rows in (None, _numel(node)) and self._join(node, shared, "row"):
+                    shared.reduce, shared.rows = reduce, _numel(node)
+                    return
         group = self._new_group(node, "row", segment, position, math.prod(shape))
         group.reduce, group.rows, group.permuted = reduce, _numel(node), not trailing
 

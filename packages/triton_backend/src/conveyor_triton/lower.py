@@ -123,7 +123,7 @@ def lower(
         ops = [_short(n) for n in group.members if not _is_view_member(n)]
         name = f"k{len(kernels)}_" + "_".join(dict.fromkeys(ops[:4]))
         sources = {wide: generate(group, stored, name, wide) for wide in (False, True)}
-        strides = tuple(_strides(n, output_meta) for n in stored)
+        strides = tuple(_strides(a.node, output_meta) for a in sources[False].stores)
         steps.append(
             KernelStep(sources, strides, tuple(post), cache_dir, bool(options.get("poison")), bool(options.get("log")))
         )

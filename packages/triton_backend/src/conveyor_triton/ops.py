@@ -342,5 +342,6 @@ RULES: dict[Any, Rule] = {
     aten.copy.default: Rule((1,), _copy),
     aten.fill.Scalar: Rule((), _constant(1)),
     aten.full.default: Rule((), _constant(1)),
+    aten.full_like.default: Rule((), _constant(1)),
     aten.scalar_tensor.default: Rule((), _constant(0)),
 }
