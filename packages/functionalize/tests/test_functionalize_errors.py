@@ -1,0 +1,84 @@
+"""What the stage refuses, and that it says so naming the stage and the cause."""
+
+from __future__ import annotations
+
+import conveyor
+import pytest
+import torch
+from conveyor.testing import check
+
+import conveyor_functionalize.plugin
+
+
+@pytest.fixture
+def only_functionalize(fresh_plugins: conveyor.Plugins) -> conveyor.Plugins:
+    """The core and this stage, without dedupe / synthetic_base."""
+    fresh_plugins.register(conveyor_functionalize.plugin, name="functionalize")
+    return fresh_plugins
+
+
+def compile_eager(fn):
+    return conveyor.compile(fn, backend="eager")
+
+
+def add_one(x):
+    x.add_(1)
+    return (x * 2,)
+
+
+def view_add_one(x):
+    x[0].add_(1)
+    return (x * 2,)
+
+
+@pytest.mark.parametrize("fn", [add_one, view_add_one], ids=["leaf", "view_of_leaf"])
+def test_writing_into_a_leaf_that_requires_grad_raises_what_eager_raises(fn) -> None:
+    result = check(fn, torch.randn(3, requires_grad=True), compile=compile_eager)
+    assert isinstance(result.compiled_out, RuntimeError)
+    assert "leaf Variable that requires grad" in str(result.compiled_out)
+
+
+def test_the_same_tensor_twice_and_mutated_needs_dedupe(only_functionalize: conveyor.Plugins) -> None:
+    def f(x, y):
+        x.add_(1)
+        return (x + y,)
+
+    t = torch.randn(3)
+    with pytest.raises(conveyor.StageError, match="functionalize.*inputs 0 and 1 share storage.*dedupe"):
+        conveyor.compile(f, plugins=only_functionalize, backend="eager")(t, t)
+
+
+def test_overlapping_views_mutated_need_synthetic_base(only_functionalize: conveyor.Plugins) -> None:
+    def f(a, b):
+        a.mul_(2)
+        return (b * 1,)
+
+    base = torch.randn(4)
+    with pytest.raises(conveyor.StageError, match="functionalize.*share storage.*synthetic_base"):
+        conveyor.compile(f, plugins=only_functionalize, backend="eager")(base[:3], base[1:])
+
+
+def test_aliased_inputs_that_are_only_read_are_fine(only_functionalize: conveyor.Plugins) -> None:
+    def f(a, b):
+        return (a + b, a[0])
+
+    base = torch.randn(4)
+    check(f, base[:3], base[1:], compile=lambda fn: conveyor.compile(fn, plugins=only_functionalize, backend="eager"))
+
+
+def test_an_output_viewing_an_input_as_another_dtype_is_refused() -> None:
+    def f(x):
+        return (x.view(torch.int32),)
+
+    with pytest.raises(conveyor.StageError, match="functionalize.*output 0 views a tensor of dtype torch.float32"):
+        compile_eager(f)(torch.randn(4))
+
+
+def test_the_stage_runs_and_stamps_its_graph() -> None:
+    compiled = compile_eager(add_one)
+    compiled(torch.randn(3))
+    stages = [g.stage for g in conveyor.last_graphs(compiled)]
+    assert stages[0] == "capture" and stages[-1] == "eager" and "functionalize" in stages
+    for outer in ("dedupe", "synthetic_base"):  # declared after=(...): outer stages come first
+        if outer in stages:
+            assert stages.index(outer) < stages.index("functionalize")
