@@ -1,0 +1,145 @@
+"""Tracing the joint forward+backward program: ``JointGraph``.
+
+The joint function runs the request's graph on the primals (with autograd
+recording above the tracer, each node under the grad mode it was captured
+under) and then ``torch.autograd.grad`` of the differentiable outputs with
+respect to the inputs that require grad, weighted by one tangent per output.
+``make_fx`` traces below autograd, so the backward formulas' aten ops land in
+the same graph, after the forward's.
+
+Every node the forward pass created is tagged (Note [Forward phase]): the
+``save_eager`` partitioner saves exactly the forward values the backward
+formulas read, as eager autograd does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from conveyor import Request, StageError, call_graph, retrace
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+from conveyor_autograd.layout import InputIdx, OutputIdx
+
+STAGE = "autograd"
+PHASE = "conveyor_autograd_forward"
+
+
+@dataclass(frozen=True)
+class JointGraph:
+    """The traced joint program and what each of its placeholders and outputs is.
+
+    :ivar gm: placeholders ``(*primals, *tangent candidates)``; outputs
+        ``(*user outputs, *gradients)``.
+    :ivar primals: the placeholder of each :data:`InputIdx`.
+    :ivar tangents: the tangent placeholder of each of ``diff_outputs``.
+    :ivar outputs: the value of each :data:`OutputIdx` (a node, or a constant).
+    :ivar grads: the gradient node of each of ``grad_inputs``.
+    :ivar grad_inputs: inputs that get a gradient.
+    :ivar diff_outputs: outputs that require grad (each gets a tangent).
+    :ivar non_differentiable: tensor outputs that do not require grad.
+    """
+
+    gm: torch.fx.GraphModule
+    primals: tuple[torch.fx.Node, ...]
+    tangents: tuple[torch.fx.Node, ...]
+    outputs: tuple[Any, ...]
+    grads: tuple[torch.fx.Node, ...]
+    grad_inputs: tuple[InputIdx, ...]
+    diff_outputs: tuple[OutputIdx, ...]
+    non_differentiable: tuple[OutputIdx, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.tangents) != len(self.diff_outputs):
+            raise ValueError(f"JointGraph: {len(self.tangents)} tangents for {len(self.diff_outputs)} differentiable outputs")
+        if len(self.grads) != len(self.grad_inputs):
+            raise ValueError(f"JointGraph: {len(self.grads)} gradients for {len(self.grad_inputs)} inputs")
+        if any(not isinstance(g, torch.fx.Node) for g in self.grads):
+            raise ValueError("JointGraph: every gradient must be a graph value")
+
+    def is_forward(self, node: torch.fx.Node) -> bool:
+        """Note [Forward phase]: the node was created by the forward pass (or
+        is a primal), not by a backward formula."""
+        return node in self.primals or bool(node.meta.get(PHASE, False))
+
+
+def writing_node(graph: torch.fx.Graph) -> torch.fx.Node | None:
+    """The first node that writes into one of its arguments, if any."""
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            return node
+    return None
+
+
+def _is_differentiable_dtype(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+
+
+def _tag_forward_nodes() -> None:
+    mode = get_proxy_mode()
+    if mode is None:
+        raise StageError(STAGE, "the joint trace lost its tracer")
+    for node in mode.tracer.graph.nodes:
+        if node.op != "placeholder":
+            node.meta[PHASE] = True
+
+
+def trace_joint(request: Request) -> JointGraph | None:
+    """Trace the joint program of ``request``; ``None`` when no output
+    requires grad (there is nothing to differentiate)."""
+    graph = request.graph
+    out_args = tuple(graph.graph.output_node().args[0])
+    out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_args]
+    candidates = [OutputIdx(k) for k, v in enumerate(out_vals) if _is_differentiable_dtype(v)]
+    with request.fake_mode:
+        tangent_fakes = [torch.empty(out_vals[k].shape, dtype=out_vals[k].dtype, device=out_vals[k].device) for k in candidates]
+    wrt = [InputIdx(i) for i, t in enumerate(request.inputs) if isinstance(t, torch.Tensor) and t.requires_grad]
+    n = len(request.inputs)
+    found: dict[str, Any] = {}
+
+    def joint(*flat: Any) -> tuple[Any, ...]:
+        primals, tangents = flat[:n], flat[n:]
+        outs = call_graph(graph, primals)
+        _tag_forward_nodes()
+        diff = [k for k in candidates if outs[k].requires_grad]
+        found["diff"] = tuple(diff)
+        found["non_diff"] = tuple(
+            OutputIdx(k) for k, o in enumerate(outs) if isinstance(o, torch.Tensor) and not o.requires_grad
+        )
+        if not diff:
+            return tuple(outs)
+        grads = torch.autograd.grad(
+            [outs[k] for k in diff],
+            [primals[i] for i in wrt],
+            [tangents[candidates.index(k)] for k in diff],
+            allow_unused=True,
+        )
+        found["grad_inputs"] = tuple(i for i, g in zip(wrt, grads, strict=True) if g is not None)
+        return (*outs, *(g for g in grads if g is not None))
+
+    with torch.enable_grad():
+        gm = retrace(joint, [*request.inputs, *tangent_fakes], request.fake_mode)
+    if not found["diff"]:
+        return None
+    bad = writing_node(gm.graph)
+    if bad is not None:
+        raise StageError(STAGE, f"the joint forward+backward graph writes with {bad.target}; cannot partition it")
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
+    results: Sequence[Any] = gm.graph.output_node().args[0]
+    return JointGraph(
+        gm=gm,
+        primals=tuple(placeholders[:n]),
+        tangents=tuple(placeholders[n + candidates.index(k)] for k in found["diff"]),
+        outputs=tuple(results[: len(out_args)]),
+        grads=tuple(results[len(out_args) :]),
+        grad_inputs=found["grad_inputs"],
+        diff_outputs=found["diff"],
+        non_differentiable=found["non_diff"],
+    )

@@ -1,0 +1,79 @@
+"""The run-time half: an ``autograd.Function`` around the compiled pair.
+
+Its forward runs the compiled forward graph with autograd off, saves what the
+graph returns for backward with ``save_for_backward`` (so a second backward
+without ``retain_graph`` fails as in eager, and an in-place change of a saved
+tensor is caught by its version counter), and marks the outputs that eager
+would not differentiate. Its backward runs the compiled backward graph on the
+saved values and the incoming gradients (made contiguous, as the graph was
+traced with contiguous tangents).
+
+Double backward (``create_graph=True`` and differentiating the gradients) is
+not supported: the gradients carry an error that is raised when they are
+differentiated, as ``once_differentiable`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from conveyor import CompiledFn
+
+from conveyor_autograd.layout import AutogradLayout
+
+DOUBLE_BACKWARD = (
+    "conveyor stage 'autograd': double backward through a compiled program is not supported "
+    "(its backward graph is compiled without autograd); compute higher-order gradients eagerly"
+)
+
+
+class CompiledFunction(torch.autograd.Function):
+    """``apply(layout, forward, backward, *args)``: see the module docstring."""
+
+    @staticmethod
+    def forward(ctx: Any, layout: AutogradLayout, fwd: CompiledFn, bwd: CompiledFn, *args: Any) -> tuple[Any, ...]:
+        user, tensors, symbols = layout.split_forward_outputs(fwd(list(args)))
+        ctx.save_for_backward(*tensors)
+        ctx.symbols = tuple(symbols)
+        ctx.layout, ctx.bwd = layout, bwd
+        outs = tuple(user)
+        ctx.mark_non_differentiable(*(outs[k] for k in layout.non_differentiable))
+        return outs
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
+        layout: AutogradLayout = ctx.layout
+        tensors = ctx.saved_tensors  # raises on a second backward without retain_graph
+        grads_in = [g.contiguous() if isinstance(g, torch.Tensor) else g for g in grad_outputs]
+        with torch.no_grad():
+            grads = ctx.bwd(layout.backward_args(tensors, ctx.symbols, grads_in))
+        result = layout.input_grads(grads)
+        if torch.is_grad_enabled():  # create_graph=True
+            result = _poisoned(result)
+        return (None, None, None, *result)
+
+
+def _poisoned(grads: Sequence[Any]) -> list[Any]:
+    """Gradients that raise :data:`DOUBLE_BACKWARD` when differentiated."""
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if not present:
+        return list(grads)
+    err = torch._C._functions.DelayedError(DOUBLE_BACKWARD, len(present))
+    wrapped = err(*(grads[i].detach().requires_grad_(True) for i in present))
+    if isinstance(wrapped, torch.Tensor):
+        wrapped = (wrapped,)
+    out = list(grads)
+    for i, w in zip(present, wrapped, strict=True):
+        out[i] = w
+    return out
+
+
+def wrap(layout: AutogradLayout, compiled_forward: CompiledFn, compiled_backward: CompiledFn) -> CompiledFn:
+    """The stage's compiled callable: flat args in, user outputs out."""
+
+    def run(args: list[Any]) -> Sequence[Any]:
+        return CompiledFunction.apply(layout, compiled_forward, compiled_backward, *args)
+
+    return run

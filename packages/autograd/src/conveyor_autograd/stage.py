@@ -1,0 +1,74 @@
+"""The ``autograd`` stage's compile-time half."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from conveyor import Lowering, Request, StageError
+
+from conveyor_autograd.joint import STAGE, trace_joint, writing_node
+from conveyor_autograd.min_cut import min_cut
+from conveyor_autograd.partition import Partitioner, Split, save_eager, split
+from conveyor_autograd.runtime import wrap
+
+PARTITIONERS: dict[str, Partitioner] = {"min_cut": min_cut, "save_eager": save_eager}
+
+
+def _needs_grad(request: Request) -> bool:
+    return request.grad_enabled and any(isinstance(t, torch.Tensor) and t.requires_grad for t in request.inputs)
+
+
+def _detached(inputs: tuple[Any, ...], fake_mode: Any) -> tuple[Any, ...]:
+    with fake_mode:
+        return tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in inputs)
+
+
+class Autograd:
+    """Trace the joint forward+backward, partition it, and hand the backend
+    a forward and a backward request; at run time both run inside one
+    ``autograd.Function``. Inference requests (grad off, or no input that
+    requires grad) pass through."""
+
+    def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
+        partitioner = PARTITIONERS.get(options["partitioner"])
+        if partitioner is None:
+            raise StageError(STAGE, f"unknown partitioner {options['partitioner']!r}; valid: {sorted(PARTITIONERS)}")
+        if not _needs_grad(request):
+            return Lowering.passthrough(request)
+        bad = writing_node(request.graph.graph)
+        if bad is not None:
+            raise StageError(
+                STAGE,
+                f"the graph writes with {bad.target} ({bad.name}); the autograd stage needs a functional graph "
+                "(enable the functionalize stage)",
+            )
+        joint = trace_joint(request)
+        if joint is None:
+            return Lowering.passthrough(request)
+        parts = split(joint, partitioner(joint))
+        return lower_split(request, parts)
+
+
+def lower_split(request: Request, parts: Split) -> Lowering:
+    """The forward and backward requests of a split, and the run-time wrap."""
+    fwd = request.replace(
+        graph=parts.forward,
+        inputs=_detached(request.inputs, request.fake_mode),
+        grad_enabled=False,
+        label="forward",
+    )
+    bwd_inputs = tuple(
+        p.meta["val"] for p in parts.backward.graph.nodes if p.op == "placeholder"
+    )
+    bwd = Request(
+        graph=parts.backward,
+        inputs=_detached(bwd_inputs, request.fake_mode),
+        fake_mode=request.fake_mode,
+        grad_enabled=False,
+        facts=request.facts,
+        label="backward",
+    )
+    return Lowering((fwd, bwd), functools.partial(wrap, parts.layout))
