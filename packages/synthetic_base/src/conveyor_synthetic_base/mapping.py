@@ -18,6 +18,8 @@ from typing import Any, NewType
 
 import torch
 
+from conveyor_synthetic_base.replay import replay
+
 OuterIdx = NewType("OuterIdx", int)
 InnerIdx = NewType("InnerIdx", int)
 
@@ -27,9 +29,8 @@ class AliasView:
     """One merged input, as a view of its synthetic base.
 
     The base keeps the caller's storage, so the storage offset is the
-    input's own (absolute) offset and needs no rebasing; ``as_strided`` is
-    the regeneration (fake inputs carry no recorded view functions to
-    replay, and ``as_strided`` is exact for any strided layout).
+    input's own (absolute) offset. Fake inputs carry no recorded view
+    functions to replay, so the view is rebuilt from the layout.
     """
 
     outer: OuterIdx
@@ -46,7 +47,11 @@ class AliasView:
         return AliasView(outer, tuple(t.size()), tuple(t.stride()), t.storage_offset())
 
     def regenerate(self, base: torch.Tensor) -> torch.Tensor:
-        return base.as_strided(self.size, self.stride, self.storage_offset)
+        """View ops of the base where they reproduce the layout,
+        ``as_strided`` otherwise (Note [View ops, not as_strided, where
+        they suffice])."""
+        view = replay(base, self.size, self.stride, self.storage_offset)
+        return view if view is not None else base.as_strided(self.size, self.stride, self.storage_offset)
 
 
 @dataclass(frozen=True)

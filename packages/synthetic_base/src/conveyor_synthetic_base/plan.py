@@ -137,6 +137,8 @@ def _choose(
     stop = max(s.tensors[i].layout.elements[1] for i in grp)
     root = s.root_tensors[grp[0]]
     from_root = len({s.roots[i] for i in grp}) == 1 and root.dtype == dtype
+    if from_root:  # room for each member's last row (Note [View ops, not as_strided, where they suffice])
+        stop = min(stop + max(_row(s.tensors[i].layout) for i in grp) - 1, max(stop, root.layout.elements[1]))
     if from_root and (not tight or (root.layout.is_dense and root.layout.elements == (start, stop))):
         return s.members[grp[0]], True, None, root.layout
     if not from_root and any(s.tensors[i].requires_grad for i in grp):
@@ -145,3 +147,8 @@ def _choose(
             "of one tensor of their dtype: no base can carry the gradients of each"
         )
     return s.members[grp[0]], from_root, (start, stop), Layout.dense(itemsize, start, stop)
+
+
+def _row(layout: Layout) -> int:
+    """The largest stride among dims that move (what one row spans)."""
+    return max((st for sz, st in zip(layout.size, layout.stride) if sz > 1), default=1)
