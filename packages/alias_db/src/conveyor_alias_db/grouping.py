@@ -1,0 +1,192 @@
+"""Graph rewrites that build fusion groups, keeping an ``AliasDb`` current.
+
+Note [Merging in place]
+~~~~~~~~~~~~~~~~~~~~~~~
+Merging a node into a group moves its computation into the group's inner graph:
+its inputs become group inputs (or inner values it already computes), and if
+its result is used outside it becomes a new group output, read by a new
+``getitem`` node that takes over the node's aliasing (``replace_with_new_value``
+in PR 42141's terms). The inner copy keeps the node's facts, the group's
+effects grow by the node's, and group outputs nobody reads any more are
+dropped. Nothing else in the graph changes, so the analysis of every other node
+stays valid: one merge costs O(number of the group's inputs and outputs plus
+the nodes between the node and the group), never O(graph).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING
+
+import torch.fx
+
+from conveyor_alias_db.group import FusedGroup, group_of
+from conveyor_alias_db.locations import NO_LOCS, ValueFacts
+from conveyor_alias_db.transfer import NodeFacts, node_facts
+
+if TYPE_CHECKING:
+    from conveyor_alias_db.db import AliasDb
+
+
+def _check_mergeable(node: torch.fx.Node) -> None:
+    if node.op in ("placeholder", "output", "get_attr"):
+        raise ValueError(f"cannot put {node.op} node {node.name!r} into a fusion group")
+    if group_of(node) is not None:
+        raise ValueError(f"{node.name!r} is a fusion group itself; groups are not nested")
+
+
+def _own_facts(db: AliasDb, node: torch.fx.Node) -> NodeFacts:
+    """The recorded facts of ``node``, to be carried over to its inner copy."""
+    return NodeFacts(db.value_facts(node), db.effects(node), db._escapes.get(node, NO_LOCS))
+
+
+def _val(node: torch.fx.Node) -> object:
+    return node.meta.get("val")
+
+
+def create_group(db: AliasDb, node: torch.fx.Node, name: str) -> torch.fx.Node:
+    """Replace ``node`` by a group node running a copy of it; return the group node."""
+    _check_mergeable(node)
+    inner = torch.fx.Graph()
+    mapping: dict[torch.fx.Node, torch.fx.Node] = {}
+    for outer_input in node.all_input_nodes:
+        placeholder = inner.placeholder(outer_input.name)
+        placeholder.meta = dict(outer_input.meta)
+        mapping[outer_input] = placeholder
+        db._record(placeholder, NodeFacts(db.value_facts(outer_input)))
+    copy = inner.node_copy(node, mapping.__getitem__)
+    db._record(copy, _own_facts(db, node))
+    out = inner.output((copy,))
+    db._record(out, node_facts(out, db.value_facts, db._alloc))
+
+    target = FusedGroup(inner, name)
+    graph = node.graph
+    with graph.inserting_before(node):
+        group = graph.call_function(target, tuple(node.all_input_nodes))
+        element = graph.call_function(operator.getitem, (group, 0))
+    if "val" in node.meta:
+        group.meta["val"] = (_val(node),)
+        element.meta["val"] = _val(node)
+    db._record(group, NodeFacts(ValueFacts.of_items((db.value_facts(node),)), db.effects(node)))
+    db._record(element, NodeFacts(db.value_facts(node)))
+    node.replace_all_uses_with(element)
+    graph.erase_node(node)
+    db._forget(node)
+    return group
+
+
+def _passed_over(group: torch.fx.Node, node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes between ``node`` and ``group`` (the group's own ``getitem`` nodes
+    excepted: what ``node`` reads from them moves inside with it)."""
+    between = []
+    if node < group:
+        current = node.next
+        while current is not group:
+            between.append(current)
+            current = current.next
+    else:
+        current = group.next
+        while current is not node:
+            if not (current.target is operator.getitem and current.args[0] is group):
+                between.append(current)
+            current = current.next
+    return between
+
+
+def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> None:
+    """Move ``node`` into ``group`` (Note [Merging in place]); ``ValueError`` if it
+    cannot move next to the group without changing the result."""
+    target = group_of(group)
+    if target is None:
+        raise ValueError(f"{group.name!r} is not a fusion group node")
+    _check_mergeable(node)
+    if node.graph is not group.graph:
+        raise ValueError(f"{node.name!r} and {group.name!r} are in different graphs")
+    if node.target is operator.getitem and node.args[0] is group:
+        raise ValueError(f"{node.name!r} reads an output of {group.name!r}; merge its users instead")
+    for other in _passed_over(group, node):
+        if not db._may_pass(node, other):
+            raise ValueError(f"cannot merge {node.name!r} into {group.name!r}: it cannot move past {other.name!r}")
+
+    before = node < group
+    inner = target.graph
+    placeholders = target.placeholders()
+    outputs = list(target.outputs())
+    inputs = list(group.args)
+    by_input = dict(zip(inputs, placeholders, strict=True))
+    by_output = {gi: outputs[gi.args[1]] for gi in group.users}
+    last_placeholder = placeholders[-1] if placeholders else None
+
+    def inner_value(outer: torch.fx.Node) -> torch.fx.Node:
+        nonlocal last_placeholder
+        if outer in by_output:
+            return by_output[outer]
+        if outer not in by_input:
+            if last_placeholder is None:
+                with inner.inserting_before(next(iter(inner.nodes))):
+                    placeholder = inner.placeholder(outer.name)
+            else:
+                with inner.inserting_after(last_placeholder):
+                    placeholder = inner.placeholder(outer.name)
+            placeholder.meta = dict(outer.meta)
+            db._record(placeholder, NodeFacts(db.value_facts(outer)))
+            by_input[outer] = last_placeholder = placeholder
+            inputs.append(outer)
+        return by_input[outer]
+
+    mapped = {n: inner_value(n) for n in node.all_input_nodes}
+    anchor = last_placeholder.next if before and last_placeholder is not None else None
+    if before:
+        where = inner.inserting_before(anchor if anchor is not None else target.output_node())
+    else:
+        where = inner.inserting_before(target.output_node())
+    with where:
+        copy = inner.node_copy(node, mapped.__getitem__)
+    db._record(copy, _own_facts(db, node))
+
+    if before and node in by_input:
+        # the group read node's result: its placeholder becomes the inner copy
+        placeholder = by_input.pop(node)
+        placeholder.replace_all_uses_with(copy)
+        inner.erase_node(placeholder)
+        db._forget(placeholder)
+        inputs.remove(node)
+    group.args = tuple(inputs)
+
+    users = [u for u in node.users if u is not group]
+    if users:
+        with node.graph.inserting_after(group):
+            element = node.graph.call_function(operator.getitem, (group, len(outputs)))
+        if "val" in node.meta:
+            element.meta["val"] = _val(node)
+        outputs.append(copy)
+        db._record(element, NodeFacts(db.value_facts(node)))
+        node.replace_all_uses_with(element)
+    node.graph.erase_node(node)
+    db._forget(node)
+    _drop_unread_outputs(db, group, outputs)
+
+    out = target.output_node()
+    out.args = (tuple(outputs),)
+    db._record(out, node_facts(out, db.value_facts, db._alloc))
+    if "val" in group.meta:
+        group.meta["val"] = tuple(_val(o) for o in outputs)
+    value = ValueFacts.of_items(tuple(db.value_facts(o) for o in outputs))
+    db._record(group, NodeFacts(value, db.effects(group) | db.effects(copy)))
+    target.changed()
+
+
+def _drop_unread_outputs(db: AliasDb, group: torch.fx.Node, outputs: list[torch.fx.Node]) -> None:
+    """Remove the group outputs no ``getitem`` reads any more and renumber the rest."""
+    elements = {gi.args[1]: gi for gi in group.users}
+    kept = []
+    for index, value in enumerate(outputs):
+        element = elements.get(index)
+        if element is not None and not element.users:
+            group.graph.erase_node(element)
+            db._forget(element)
+            continue
+        if element is not None and element.args[1] != len(kept):
+            element.args = (group, len(kept))
+        kept.append(value)
+    outputs[:] = kept
