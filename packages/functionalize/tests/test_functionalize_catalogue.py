@@ -14,13 +14,25 @@ import conveyor
 import pytest
 import torch
 from conveyor.testing import check
+from conveyor.testing.pytest_plugin import stage_plugin
 from functionalize_catalogue import CASES, Case
 
+import conveyor_functionalize.plugin
 import conveyor_functionalize.trace as trace
 
 
+def functionalize_plugins(*extra: conveyor.StageSpec) -> conveyor.Plugins:
+    """The core and this stage only: these tests do not depend on which other
+    stages happen to be installed (tests/ at the top covers the full pipeline)."""
+    plugins = conveyor.Plugins()
+    plugins.register(conveyor_functionalize.plugin, name="functionalize")
+    if extra:
+        plugins.register(stage_plugin(*extra), name="extra")
+    return plugins
+
+
 def compile_eager(fn):
-    return conveyor.compile(fn, backend="eager")
+    return conveyor.compile(fn, plugins=functionalize_plugins(), backend="eager")
 
 
 def leaf_grads(fn, case: Case, leaves: list[torch.Tensor]) -> list[torch.Tensor | None]:
@@ -115,9 +127,9 @@ class RecordingBackend:
         return lambda args: graph(*args)
 
 
-def test_no_writing_op_reaches_the_backend(register_stages) -> None:
+def test_no_writing_op_reaches_the_backend() -> None:
     backend = RecordingBackend()
-    plugins = register_stages(conveyor.StageSpec(name="recording", kind="backend", impl=backend))
+    plugins = functionalize_plugins(conveyor.StageSpec(name="recording", kind="backend", impl=backend))
     compiled_cases = 0
     for case in CASES:
         for requires_grad in (False, True) if case.differentiable else (False,):
@@ -136,7 +148,10 @@ def test_no_writing_op_reaches_the_backend(register_stages) -> None:
 
 def test_without_functionalize_the_backend_sees_mutations() -> None:
     case = next(c for c in CASES if c.name == "two_inputs")
-    fn = conveyor.compile(case.fn, backend="eager", disable=["functionalize"])
-    check(case.fn, *case.inputs(case.leaves(False)), compile=lambda f: conveyor.compile(f, backend="eager", disable=["functionalize"]))
+    def compile_without(f):
+        return conveyor.compile(f, plugins=functionalize_plugins(), backend="eager", disable=["functionalize"])
+
+    check(case.fn, *case.inputs(case.leaves(False)), compile=compile_without)
+    fn = compile_without(case.fn)
     fn(*case.inputs(case.leaves(False)))
     assert trace.writing_nodes(conveyor.last_graphs(fn)[-1].graph)

@@ -18,7 +18,9 @@ def only_functionalize(fresh_plugins: conveyor.Plugins) -> conveyor.Plugins:
 
 
 def compile_eager(fn):
-    return conveyor.compile(fn, backend="eager")
+    plugins = conveyor.Plugins()
+    plugins.register(conveyor_functionalize.plugin, name="functionalize")
+    return conveyor.compile(fn, plugins=plugins, backend="eager")
 
 
 def add_one(x):
@@ -77,8 +79,15 @@ def test_an_output_viewing_an_input_as_another_dtype_is_refused() -> None:
 def test_the_stage_runs_and_stamps_its_graph() -> None:
     compiled = compile_eager(add_one)
     compiled(torch.randn(3))
-    stages = [g.stage for g in conveyor.last_graphs(compiled)]
-    assert stages[0] == "capture" and stages[-1] == "eager" and "functionalize" in stages
-    for outer in ("dedupe", "synthetic_base"):  # declared after=(...): outer stages come first
-        if outer in stages:
-            assert stages.index(outer) < stages.index("functionalize")
+    assert [g.stage for g in conveyor.last_graphs(compiled)] == ["capture", "functionalize", "eager"]
+
+
+def test_the_stage_comes_after_dedupe_and_synthetic_base() -> None:
+    spec = next(s for s in _registered() if s.name == "functionalize")
+    assert spec.kind == "wrapper" and spec.after == ("dedupe", "synthetic_base")
+
+
+def _registered() -> list[conveyor.StageSpec]:
+    specs: list[conveyor.StageSpec] = []
+    conveyor_functionalize.plugin.conveyor_register_stages(specs.append)
+    return specs

@@ -206,7 +206,12 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     needs_inputs = bool(mutations) or any(r.source in (Source.INPUT, Source.INPUT_VIEW) for r in recipes)
     simple = all(r.source is Source.INNER for r in recipes) and not mutations
     slots = [r.index for r in recipes]
+    # per-call lists, in epilogue order: swaps, metadata, data, swaps onto other inputs
     clone_first = [m.input for m in mutations if m.clone_first]
+    swaps = [(m.input, m.slot) for m in mutations if m.swap_storage and m.storage_of is None]
+    restrides = [(m.input, *m.geometry, m.metadata_grad) for m in mutations if m.geometry is not None and not m.swap_storage]
+    copies = [(m.input, m.slot, m.no_grad) for m in mutations if m.copy_data]
+    swaps_onto = [(m.input, m.storage_of, *m.geometry) for m in mutations if m.storage_of is not None]
     # computed outputs first: a view of an output may come before the output it views
     order = sorted(range(n), key=lambda k: recipes[k].source is not Source.INNER)
 
@@ -218,8 +223,28 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
         for i in clone_first:
             args[i] = args[i].clone()
         inner_outs = inner(args)
-        for m in mutations:
-            _apply(m, real, inner_outs)
+        if swaps:
+            with torch.no_grad():
+                for i, slot in swaps:
+                    real[i].set_(inner_outs[slot])
+        for i, sizes, strides, offset, grad in restrides:
+            x = real[i]
+            if x.requires_grad and not grad:
+                with torch.no_grad():
+                    x.as_strided_(sizes, strides, offset)
+            else:
+                x.as_strided_(sizes, strides, offset)
+        for i, slot, no_grad in copies:
+            x, new = real[i], inner_outs[slot]
+            if no_grad and (x.requires_grad or new.requires_grad):
+                with torch.no_grad():
+                    x.copy_(new)
+            else:
+                x.copy_(new)
+        if swaps_onto:
+            with torch.no_grad():
+                for i, j, sizes, strides, offset in swaps_onto:
+                    real[i].set_(real[j].untyped_storage(), offset, sizes, strides)
         outs: list[Any] = [None] * n
         for k in order:
             r = recipes[k]
@@ -239,29 +264,6 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
         return outs
 
     return run
-
-
-def _apply(m: Mutation, real: Sequence[Any], inner_outs: Sequence[Any]) -> None:
-    x = real[m.input]
-    if m.storage_of is not None:
-        sizes, strides, offset = m.geometry
-        with torch.no_grad():
-            x.set_(real[m.storage_of].untyped_storage(), offset, sizes, strides)
-        return
-    if m.swap_storage:
-        with torch.no_grad():
-            x.set_(inner_outs[m.slot])
-        return
-    if m.geometry is not None:
-        sizes, strides, offset = m.geometry
-        with torch.set_grad_enabled(m.metadata_grad):
-            x.as_strided_(sizes, strides, offset)
-    if m.copy_data:
-        if m.no_grad:
-            with torch.no_grad():
-                x.copy_(inner_outs[m.slot])
-        else:
-            x.copy_(inner_outs[m.slot])
 
 
 def _view(viewed: torch.Tensor, r: OutputRecipe) -> torch.Tensor:
