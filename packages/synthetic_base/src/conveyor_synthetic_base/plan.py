@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from conveyor_synthetic_base.mapping import AliasView, OuterIdx, SyntheticBase
 from conveyor_synthetic_base.overlap import Layout, overlaps
+from conveyor_synthetic_base.replay import box_window
 from conveyor_synthetic_base.sharing import SharedStorage
 
 
@@ -137,8 +138,8 @@ def _choose(
     stop = max(s.tensors[i].layout.elements[1] for i in grp)
     root = s.root_tensors[grp[0]]
     from_root = len({s.roots[i] for i in grp}) == 1 and root.dtype == dtype
-    if from_root:  # room for each member's last row (Note [View ops, not as_strided, where they suffice])
-        stop = min(stop + max(_row(s.tensors[i].layout) for i in grp) - 1, max(stop, root.layout.elements[1]))
+    if from_root:  # Note [View ops, not as_strided, where they suffice]
+        start, stop = _widened(s, grp, start, stop, root.layout.elements)
     if from_root and (not tight or (root.layout.is_dense and root.layout.elements == (start, stop))):
         return s.members[grp[0]], True, None, root.layout
     if not from_root and any(s.tensors[i].requires_grad for i in grp):
@@ -149,6 +150,12 @@ def _choose(
     return s.members[grp[0]], from_root, (start, stop), Layout.dense(itemsize, start, stop)
 
 
-def _row(layout: Layout) -> int:
-    """The largest stride among dims that move (what one row spans)."""
-    return max((st for sz, st in zip(layout.size, layout.stride) if sz > 1), default=1)
+def _widened(s: SharedStorage, grp: list[int], start: int, stop: int, root: tuple[int, int]) -> tuple[int, int]:
+    """The span, widened inside the root's range where a member's view-op
+    rebuild needs whole rows the span does not hold."""
+    for i in grp:
+        layout = s.tensors[i].layout
+        args = (layout.size, layout.stride, layout.offset)
+        if box_window(*args, start, stop) is None and (window := box_window(*args, *root)) is not None:
+            start, stop = min(start, window[0]), max(stop, window[1])
+    return start, stop

@@ -7,79 +7,122 @@ back with the inverse of that view. ``as_strided``'s inverse,
 (the gradient reaches the scattered region instead of the rest;
 ``torch.autograd.gradcheck`` fails on it), while ``slice``/``select``/
 ``view``/``permute`` invert to scatters with correct derivatives. So each
-merged input is built from the base's flat elements by slicing a dense box:
-narrow to the rows it spans, view as a box whose strides are its own
-(when its strides divide each other), narrow each dim, select the
-sub-stride position, permute back, and re-add size-1 and broadcast dims.
-The result is checked against the input's layout; ``as_strided`` is the
-fallback.
+merged input is built from the base's flat elements as a slice of a dense
+*box*: narrow the flat base to a window of whole rows, view it with the
+input's own strides (when they divide each other), narrow each dim, select
+the position within the smallest stride, permute back, and re-add size-1 and
+broadcast dims. The result is checked against the input's layout;
+``as_strided`` is the fallback. A box needs its whole window inside the
+base, so the plan widens tight bases by up to a row (:func:`box_window`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 
-def _flat_box(flat: torch.Tensor, size: Sequence[int], stride: Sequence[int], rel: int) -> torch.Tensor | None:
-    """The view of dims with size > 1 and stride > 0, from a 1-D dense
-    ``flat`` whose element 0 is storage element ``flat.storage_offset()``;
-    ``rel`` is the input's offset relative to it. Dims come out in the
-    input's order."""
-    dims = [(i, s, st) for i, (s, st) in enumerate(zip(size, stride))]
-    order = sorted(dims, key=lambda d: -d[2])
-    strides = [st for _, _, st in order]
-    if len(order) == 1:
-        (_, s, st), = order
-        return flat[rel : rel + (s - 1) * st + 1 : st]
-    if any(a <= b or a % b for a, b in zip(strides, strides[1:])):
-        return None
-    rows, row = order[0][1], strides[0]
-    shape = [rows, *(a // b for a, b in zip(strides, strides[1:])), strides[-1]]
-    lowest, highest = max(0, rel - row + 1), min(rel, flat.numel() - rows * row)
-    for first in sorted({rel - rel % row, rel, highest}):
-        if lowest <= first <= highest:
-            box = _narrowed(flat.narrow(0, first, rows * row).view(shape), order, rel - first)
-            if box is not None:
-                break
-    else:
-        return None
-    inverse = sorted(range(len(order)), key=lambda k: order[k][0])
-    return box.permute(inverse)
+@dataclass(frozen=True)
+class _Box:
+    """How to cut one layout out of flat storage elements.
 
+    :ivar order: ``(dim, size, stride)`` of the dims that move, by
+        decreasing stride.
+    :ivar shape: the dense box: ``(rows, stride ratios..., smallest stride)``.
+    """
 
-def _narrowed(box: torch.Tensor, order: Sequence[tuple[int, int, int]], rem: int) -> torch.Tensor | None:
-    """Narrow the box's dims to the input's sizes at offset ``rem`` from the
-    box's first element, and select the position within the last stride."""
-    shape = box.size()
-    for k, (_, s, st) in enumerate(order[1:], start=1):
-        q, rem = divmod(rem, st)
-        if q + s > shape[k]:
+    order: tuple[tuple[int, int, int], ...]
+    shape: tuple[int, ...]
+
+    @property
+    def length(self) -> int:
+        return math.prod(self.shape)
+
+    @staticmethod
+    def of(size: Sequence[int], stride: Sequence[int]) -> _Box | None:
+        order = tuple(sorted(((d, s, t) for d, (s, t) in enumerate(zip(size, stride))), key=lambda x: -x[2]))
+        strides = [t for _, _, t in order]
+        if len(order) < 2 or any(a <= b or a % b for a, b in zip(strides, strides[1:])):
             return None
-        box = box.narrow(k, q, s)
-    return box.select(len(order), rem)
+        return _Box(order, (order[0][1], *(a // b for a, b in zip(strides, strides[1:])), strides[-1]))
+
+    def positions(self, rem: int) -> tuple[int, ...] | None:
+        """Where the layout starts in the box when its first element is
+        ``rem`` elements into the box, or ``None`` if it does not fit."""
+        out = [0]
+        for k, (_, s, t) in enumerate(self.order[1:], start=1):
+            q, rem = divmod(rem, t)
+            if q + s > self.shape[k]:
+                return None
+            out.append(q)
+        return (*out, rem)
+
+    def first(self, offset: int, lo: int, hi: int) -> int | None:
+        """A storage element where a box window inside ``[lo, hi)`` can
+        start, with the layout (first element ``offset``) inside it."""
+        row = self.order[0][2]
+        for first in range(min(offset, hi - self.length), max(lo, offset - row + 1) - 1, -1):
+            if self.positions(offset - first) is not None:
+                return first
+        return None
+
+
+def _moving(size: Sequence[int], stride: Sequence[int]) -> list[int]:
+    return [d for d, (s, t) in enumerate(zip(size, stride)) if s != 1 and t != 0]
+
+
+def box_window(size: Sequence[int], stride: Sequence[int], offset: int, lo: int, hi: int) -> tuple[int, int] | None:
+    """The storage elements ``[start, stop)`` a view-op rebuild of this
+    layout reads, choosing a window inside ``[lo, hi)`` (``None``: none fits
+    or the layout needs no box)."""
+    moving = _moving(size, stride)
+    box = _Box.of([size[d] for d in moving], [stride[d] for d in moving])
+    if box is None:
+        return None
+    first = box.first(offset, lo, hi)
+    return None if first is None else (first, first + box.length)
+
+
+def _cut(flat: torch.Tensor, size: Sequence[int], stride: Sequence[int], rel: int) -> torch.Tensor | None:
+    """The moving dims (all of ``size``/``stride``), in order, from ``flat``."""
+    if len(size) == 1:
+        return flat[rel : rel + (size[0] - 1) * stride[0] + 1 : stride[0]]
+    box = _Box.of(size, stride)
+    if box is None:
+        return None
+    first = box.first(rel, 0, flat.numel())
+    if first is None:
+        return None
+    view = flat.narrow(0, first, box.length).view(box.shape)
+    starts = box.positions(rel - first)
+    assert starts is not None
+    for k, (_, s, _) in enumerate(box.order[1:], start=1):
+        view = view.narrow(k, starts[k], s)
+    view = view.select(len(box.order), starts[-1])
+    return view.permute(sorted(range(len(box.order)), key=lambda k: box.order[k][0]))
 
 
 def replay(base: torch.Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int) -> torch.Tensor | None:
     """The input with this layout as view ops of ``base`` (``None`` when
-    the box construction does not apply or does not reproduce the layout)."""
+    that does not reproduce the layout)."""
     if not base.is_contiguous() or math.prod(size) == 0:
         return None
     flat = base.view(-1) if base.dim() != 1 else base
     rel = storage_offset - flat.storage_offset()
-    core = [d for d, (s, st) in enumerate(zip(size, stride)) if s != 1 and st != 0]
-    if not core:
+    moving = _moving(size, stride)
+    if not moving:
         view = flat[rel]
     else:
-        view = _flat_box(flat, [size[d] for d in core], [stride[d] for d in core], rel)
+        view = _cut(flat, [size[d] for d in moving], [stride[d] for d in moving], rel)
         if view is None:
             return None
     for d in range(len(size)):
-        if d not in core:
+        if d not in moving:
             view = view.unsqueeze(d)
-    if any(st == 0 and s != 1 for s, st in zip(size, stride)):
+    if any(t == 0 and s != 1 for s, t in zip(size, stride)):
         view = view.expand(size)
     same = (
         tuple(view.size()) == tuple(size)

@@ -1,0 +1,61 @@
+"""Merged inputs rebuilt from a base with view ops: same layout, same
+elements, and as_strided only where the box construction does not apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conveyor_synthetic_base.replay import box_window, replay
+
+X = torch.arange(48.0).view(6, 8)
+VIEWS = {
+    "rows": X[1:3],
+    "columns": X[:, 2:5],
+    "transpose": X.t(),
+    "diagonal": X[:, 2:].diagonal(),
+    "strided": X[1:5, ::2],
+    "strided_transposed": X[1:5, ::2].t(),
+    "row": X[2],
+    "expanded": X[2:3].expand(4, 8),
+    "single": X[3, 4:5],
+    "permuted_3d": X.view(2, 3, 8).permute(2, 0, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+@pytest.mark.parametrize("base", ["root", "span"])
+def test_replay_matches_layout(name: str, base: str) -> None:
+    v = VIEWS[name]
+    window = box_window(v.size(), v.stride(), v.storage_offset(), 0, X.numel()) or (v.storage_offset(), X.numel())
+    b = X if base == "root" else X.view(-1)[window[0] : window[1]]  # as the plan widens spans
+    out = replay(b, v.size(), v.stride(), v.storage_offset())
+    assert out is not None
+    assert out.size() == v.size() and out.storage_offset() == v.storage_offset()
+    assert all(a == e for s, a, e in zip(v.size(), out.stride(), v.stride()) if s != 1)
+    assert torch.equal(out, v)
+    assert out.untyped_storage().data_ptr() == X.untyped_storage().data_ptr()
+
+
+def test_replay_declines_what_boxes_cannot_express() -> None:
+    assert replay(X, (3, 3), (1, 1), 0) is None  # overlapping windows
+    assert replay(X, (2, 3), (3, 2), 0) is None  # strides that do not divide
+    assert replay(X.t(), (2,), (1,), 0) is None  # non-contiguous base
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 12)), min_size=1, max_size=3),
+    st.integers(0, 20),
+)
+def test_replay_is_exact_or_declines(dims, offset) -> None:
+    size = [s for s, _ in dims]
+    stride = [t for _, t in dims]
+    extent = offset + sum((s - 1) * t for s, t in dims) + 1
+    base = torch.arange(float(extent + 5))
+    out = replay(base, size, stride, offset)
+    if out is not None:
+        assert torch.equal(out, base.as_strided(size, stride, offset))
+        assert out.storage_offset() == offset
