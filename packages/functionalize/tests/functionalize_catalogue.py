@@ -503,3 +503,12 @@ def set_then_write_other(x, y):
 def set_onto_intermediate(x, y):
     x.set_(y * 2)
     return (y + 1,)
+
+
+# -- dead code the functional trace drops, and what it must keep ----------------------
+
+
+@case(S)
+def unused_random_kept(x):
+    torch.rand(3)  # consumes the generator: dropping it would change the next draw
+    return (x + torch.rand(3, 4),)

@@ -44,4 +44,9 @@ def trace_functional(
         outs += [from_functional(run.f_outputs[k]._base) for k in layout.intermediate_bases]
         return tuple(outs)
 
-    return trace_user(functional, inputs, fake_mode)
+    graph_module = trace_user(functional, inputs, fake_mode)
+    # views the program took only to write through them, or of outputs the
+    # epilogue regenerates, are dead once functional
+    if graph_module.graph.eliminate_dead_code():
+        graph_module.recompile()
+    return graph_module
