@@ -276,9 +276,13 @@ class AliasDb:
 
     def replace_with_new_value(self, old: torch.fx.Node, new: torch.fx.Node) -> None:
         """Make every use of ``old`` a use of ``new``, which takes over ``old``'s
-        aliasing. ``old`` stays in the graph (with no users) until ``erase_node``."""
+        aliasing, and erase ``old`` from the graph and the analysis (its
+        computation, writes included, must now happen elsewhere, e.g. in ``new``'s
+        fusion group; what ``new`` reads and writes is unchanged)."""
         old.replace_all_uses_with(new)
         self._values[new] = self.value_facts(old)
+        old.graph.erase_node(old)
+        self._forget(old)
         self._after_update()
 
     def erase_node(self, node: torch.fx.Node) -> None:
