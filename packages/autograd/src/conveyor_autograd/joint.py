@@ -80,6 +80,10 @@ def _is_differentiable_dtype(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
 
 
+def _same(t: Any) -> Any:
+    return t
+
+
 def _tag_forward_nodes() -> None:
     mode = get_proxy_mode()
     if mode is None:
@@ -122,7 +126,8 @@ def trace_joint(request: Request) -> JointGraph | None:
         found["grad_inputs"] = tuple(i for i, g in zip(wrt, grads, strict=True) if g is not None)
         return (*outs, *(g for g in grads if g is not None))
 
-    with torch.enable_grad():
+    # identity hooks shadow any the caller installed: they must not see fake tensors
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_same, _same):
         gm = retrace(joint, [*request.inputs, *tangent_fakes], request.fake_mode)
     if not found["diff"]:
         return None
