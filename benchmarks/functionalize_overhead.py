@@ -61,11 +61,16 @@ def functionalize_only() -> conveyor.Plugins:
     return plugins
 
 
-def per_call_us(fn: Callable[[], Any], number: int) -> float:
-    fn()
-    fn()
-    best = min(timeit.repeat(fn, number=number, repeat=5))
-    return best / number * 1e6
+def per_call_us(fns: dict[str, Callable[[], Any]], number: int, rounds: int = 9) -> dict[str, float]:
+    """Best per-call time of each callable, measured round-robin so that a
+    change in machine load hits every method alike."""
+    best = dict.fromkeys(fns, float("inf"))
+    for fn in fns.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            best[name] = min(best[name], timeit.timeit(fn, number=number) / number * 1e6)
+    return best
 
 
 def bare_graph(compiled: conveyor.Compiled) -> Callable[[list[Any]], Any]:
@@ -73,33 +78,40 @@ def bare_graph(compiled: conveyor.Compiled) -> Callable[[list[Any]], Any]:
     return lambda flat: graph(*flat)
 
 
-def main(number: int = 2000) -> None:
-    print(f"torch {torch.__version__}; per-call time in microseconds (best of 5 x {number} calls)")
+def measure(fn: Callable[..., Any], inputs: list[torch.Tensor], number: int) -> dict[str, float]:
+    """Per-call times of one program on one set of inputs, every method."""
+    aot_graphs: list[torch.fx.GraphModule] = []
+    aot = aot_function(fn, fw_compiler=lambda gm, _: aot_graphs.append(gm) or gm)
+    dyn = torch.compile(fn, backend="aot_eager")
+    conv = conveyor.compile(fn, plugins=functionalize_only(), backend="eager")
+    conv(*inputs)
+    aot(*inputs)
+    flat = list(inputs)
+    wrappers = conv.last.compiled
+    graph = bare_graph(conv)
+    aot_graph = aot_graphs[0]
+    return per_call_us(
+        {
+            "eager": lambda: fn(*inputs),
+            "aot_fn": lambda: aot(*inputs),
+            "aot_eager": lambda: dyn(*inputs),
+            "conveyor": lambda: conv(*inputs),
+            "wrappers": lambda: wrappers(list(flat)),
+            "graph": lambda: graph(list(flat)),
+            "aot_graph": lambda: aot_graph(*flat),
+        },
+        number,
+    )
+
+
+def main(number: int = 1000) -> None:
+    print(f"torch {torch.__version__}; per-call time in microseconds (best of 9 rounds x {number} calls)")
     header = f"{'program':28} {'grad':5} {'eager':>8} {'aot_fn':>8} {'aot_eager':>10} {'conveyor':>9} {'wrappers':>9} {'graph':>8} {'aot_graph':>9} | {'ovh conv/aot':>12}"
     print(header)
     print("-" * len(header))
     for name, (fn, make) in PROGRAMS.items():
         for rg in (False, True):
-            inputs = make(rg)
-            aot_graphs: list[torch.fx.GraphModule] = []
-            aot = aot_function(fn, fw_compiler=lambda gm, _: aot_graphs.append(gm) or gm)
-            dyn = torch.compile(fn, backend="aot_eager")
-            conv = conveyor.compile(fn, plugins=functionalize_only(), backend="eager")
-            conv(*inputs)
-            flat = list(inputs)
-            wrappers = conv.last.compiled
-            graph = bare_graph(conv)
-            aot(*inputs)
-            aot_graph = aot_graphs[0]
-            t = {
-                "eager": per_call_us(lambda: fn(*inputs), number),
-                "aot_fn": per_call_us(lambda: aot(*inputs), number),
-                "aot_eager": per_call_us(lambda: dyn(*inputs), number),
-                "conveyor": per_call_us(lambda: conv(*inputs), number),
-                "wrappers": per_call_us(lambda: wrappers(list(flat)), number),
-                "graph": per_call_us(lambda: graph(list(flat)), number),
-                "aot_graph": per_call_us(lambda: aot_graph(*flat), number),
-            }
+            t = measure(fn, make(rg), number)
             ratio = (t["wrappers"] - t["graph"]) / max(t["aot_fn"] - t["aot_graph"], 1e-9)
             print(
                 f"{name:28} {str(rg):5} {t['eager']:8.1f} {t['aot_fn']:8.1f} {t['aot_eager']:10.1f} "

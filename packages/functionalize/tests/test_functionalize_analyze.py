@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from conveyor.capture import trace_user
-from torch._subclasses.fake_tensor import FakeTensorMode
-
 from conveyor_functionalize import InputInfo, OutputInfo, OutputKind, ProgramMeta, analyze
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 
 def meta_of(fn, *tensors: torch.Tensor) -> ProgramMeta:

@@ -11,14 +11,13 @@ input, gradients are compared with respect to the leaves behind the inputs.
 from __future__ import annotations
 
 import conveyor
+import conveyor_functionalize.plugin
+import conveyor_functionalize.trace as trace
 import pytest
 import torch
 from conveyor.testing import check
 from conveyor.testing.pytest_plugin import stage_plugin
 from functionalize_catalogue import CASES, Case
-
-import conveyor_functionalize.plugin
-import conveyor_functionalize.trace as trace
 
 
 def functionalize_plugins(*extra: conveyor.StageSpec) -> conveyor.Plugins:
@@ -155,3 +154,16 @@ def test_without_functionalize_the_backend_sees_mutations() -> None:
     fn = compile_without(case.fn)
     fn(*case.inputs(case.leaves(False)))
     assert trace.writing_nodes(conveyor.last_graphs(fn)[-1].graph)
+
+
+def test_views_are_replayed_with_eagers_view_ops() -> None:
+    """Note [View replay]: the regenerated views carry eager's autograd nodes."""
+
+    def f(x):
+        y = x * 2
+        return (x.t()[1:], x.diagonal(), *x.unbind(0), y[0], y[1])
+
+    x = torch.randn(3, 3, requires_grad=True)
+    eager = f(x)
+    compiled = compile_eager(f)(x)
+    assert [type(o.grad_fn).__name__ for o in compiled] == [type(o.grad_fn).__name__ for o in eager]

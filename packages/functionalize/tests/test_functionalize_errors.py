@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import conveyor
+import conveyor_functionalize.plugin
 import pytest
 import torch
 from conveyor.testing import check
-
-import conveyor_functionalize.plugin
 
 
 @pytest.fixture

@@ -21,23 +21,12 @@ from enum import Enum
 from typing import Any
 
 import torch
-from conveyor.errors import StageError
 from conveyor.stage import CompiledFn
 
 from conveyor_functionalize.functional_run import FunctionalRun
 from conveyor_functionalize.layout import FunctionalLayout, InnerOutIdx
 from conveyor_functionalize.meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
-
-STAGE = "functionalize"
-
-Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # sizes, strides, storage offset
-
-
-def _concrete(t: torch.Tensor, what: str) -> Geometry:
-    sizes, strides, offset = tuple(t.size()), tuple(t.stride()), t.storage_offset()
-    if not all(type(v) is int for v in (*sizes, *strides, offset)):
-        raise StageError(STAGE, f"{what} has symbolic sizes or strides; only static shapes are supported")
-    return sizes, strides, offset
+from conveyor_functionalize.views import Geometry, ViewRecipe, concrete
 
 
 @dataclass(frozen=True)
@@ -102,19 +91,16 @@ class OutputRecipe:
 
     :ivar source: see :class:`Source`.
     :ivar index: inner output, input or user output, per ``source``.
-    :ivar geometry: for views: sizes, strides and the storage offset
-        *relative to the viewed tensor's own offset*.
-    :ivar detach: eager's output does not require grad although what it views may.
+    :ivar view: for views, how to rebuild it from what it views.
     """
 
     source: Source
     index: int
-    geometry: Geometry | None = None
-    detach: bool = False
+    view: ViewRecipe | None = None
 
     def __post_init__(self) -> None:
-        if (self.source in _VIEWS) != (self.geometry is not None):
-            raise ValueError(f"OutputRecipe: {self.source.value} {'needs' if self.source in _VIEWS else 'takes no'} geometry")
+        if (self.source in _VIEWS) != (self.view is not None):
+            raise ValueError(f"OutputRecipe: {self.source.value} {'needs' if self.source in _VIEWS else 'takes no'} view")
 
 
 @dataclass(frozen=True)
@@ -151,7 +137,7 @@ def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functi
     geometry = None
     if info.mutates_metadata and (not info.mutates_storage or storage_of is not None):
         after = torch._from_functional_tensor(f_input.elem)
-        geometry = _concrete(after, f"input {i} (its metadata is mutated)")
+        geometry = concrete(after, f"input {i} (its metadata is mutated)")
     slot = layout.updated_input_slot(i) if i in layout.updated_inputs else None
     no_grad = info.mutations_under_no_grad or not f_input.requires_grad
     metadata_grad = records_grad and info.requires_grad and not info.is_leaf
@@ -160,26 +146,12 @@ def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functi
         i, slot, info.mutates_storage, geometry, info.mutates_data, no_grad, metadata_grad, clone_first, storage_of
     )
 
-    ref = StorageWeakRef(run.f_inputs[i].untyped_storage())
-    for j, f in enumerate(run.f_inputs):
-        if j != i and isinstance(f, torch.Tensor) and not meta.inputs[j].mutates_storage:
-            if StorageWeakRef(f.untyped_storage()) == ref:
-                return InputIdx(j)
-    return None
-
-
-def _view_geometry(view: torch.Tensor, viewed: torch.Tensor, what: str) -> Geometry:
-    if view.dtype != viewed.dtype:
-        raise StageError(STAGE, f"{what} views a tensor of dtype {viewed.dtype} as {view.dtype}; not supported")
-    sizes, strides, offset = _concrete(view, what)
-    return sizes, strides, offset - _concrete(viewed, what)[2]
-
 
 def _recipe(k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any]) -> OutputRecipe:
     info = meta.outputs[k]
     out = run.f_outputs[k]
     what = f"output {k}"
-    detach = info.is_tensor and not info.requires_grad
+    rg = info.requires_grad
     match info.kind:
         case OutputKind.FRESH | OutputKind.VIEW_OF_INTERMEDIATE:
             return OutputRecipe(Source.INNER, layout.output_slot(k))
@@ -188,14 +160,16 @@ def _recipe(k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functio
         case OutputKind.IS_OUTPUT:
             return OutputRecipe(Source.OUTPUT, info.index)
         case OutputKind.VIEW_OF_INPUT:
-            return OutputRecipe(Source.INPUT_VIEW, info.index, _view_geometry(out, inputs[info.index], what), detach)
+            replay = not meta.inputs[info.index].mutates_metadata  # Note [View replay]
+            view = ViewRecipe.of(out, inputs[info.index], what, requires_grad=rg, may_replay=replay)
+            return OutputRecipe(Source.INPUT_VIEW, info.index, view)
         case OutputKind.VIEW_OF_SHARED_INTERMEDIATE:
             base = run.f_outputs[layout.intermediate_bases[info.index]]._base
-            geometry = _view_geometry(out, base, what)
-            return OutputRecipe(Source.BASE_VIEW, layout.base_slot(BaseIdx(info.index)), geometry, detach)
+            view = ViewRecipe.of(out, base, what, requires_grad=rg, may_replay=True)
+            return OutputRecipe(Source.BASE_VIEW, layout.base_slot(BaseIdx(info.index)), view)
         case OutputKind.ALIAS_OF_OUTPUT:
-            geometry = _view_geometry(out, run.f_outputs[info.index], what)
-            return OutputRecipe(Source.OUTPUT_VIEW, info.index, geometry, detach)
+            view = ViewRecipe.of(out, run.f_outputs[info.index], what, requires_grad=rg, may_replay=True)
+            return OutputRecipe(Source.OUTPUT_VIEW, info.index, view)
     raise AssertionError(f"unhandled output kind {info.kind}")
 
 
@@ -256,19 +230,12 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
             elif source is Source.OUTPUT:
                 outs[k] = outs[r.index]
             elif source is Source.INPUT_VIEW:
-                outs[k] = _view(real[r.index], r)
+                outs[k] = r.view.regenerate(real[r.index])
             elif source is Source.BASE_VIEW:
-                outs[k] = _view(inner_outs[r.index], r)
+                outs[k] = r.view.regenerate(inner_outs[r.index])
             else:
-                outs[k] = _view(outs[r.index], r)
+                outs[k] = r.view.regenerate(outs[r.index])
         return outs
 
     return run
 
-
-def _view(viewed: torch.Tensor, r: OutputRecipe) -> torch.Tensor:
-    sizes, strides, rel_offset = r.geometry
-    out = viewed.as_strided(sizes, strides, viewed.storage_offset() + rel_offset)
-    if r.detach and out.requires_grad:
-        out = out.detach()
-    return out

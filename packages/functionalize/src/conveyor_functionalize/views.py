@@ -1,0 +1,93 @@
+"""Regenerating an output that views another tensor at run time.
+
+Note [View replay]: functionalization records, on each functional view, the
+sequence of view ops that made it from its base (``ViewMeta``s). Replaying
+that sequence on the caller's real tensor (``apply_view_meta_sequence``, the
+same replay torch's ``gen_alias_from_base`` uses) gives a view built by the
+same ops as eager's, with the same autograd node (``SliceBackward``, not
+``AsStridedBackward``). A replay is used only when it was checked at compile
+time to land on the output's exact sizes, strides and offset when applied to
+the fake of what it views; otherwise, and for inputs whose own metadata the
+program changed (the sequence starts from their metadata on entry), the view
+is rebuilt with ``as_strided``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from conveyor.errors import StageError
+from torch._C import _functionalization
+
+STAGE = "functionalize"
+
+Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # sizes, strides, storage offset
+
+
+def concrete(t: torch.Tensor, what: str) -> Geometry:
+    """Static sizes, strides and offset of ``t``; an error naming ``what``
+    when any is symbolic."""
+    sizes, strides, offset = tuple(t.size()), tuple(t.stride()), t.storage_offset()
+    if not all(type(v) is int for v in (*sizes, *strides, offset)):
+        raise StageError(STAGE, f"{what} has symbolic sizes or strides; only static shapes are supported")
+    return sizes, strides, offset
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    return torch._from_functional_tensor(t.elem) if torch._is_functional_tensor(getattr(t, "elem", t)) else t
+
+
+@dataclass(frozen=True)
+class ViewRecipe:
+    """How to rebuild one view from the real tensor it views.
+
+    :ivar geometry: sizes, strides, and storage offset *relative to the viewed
+        tensor's own offset* (for ``as_strided``).
+    :ivar replay: the checked ``ViewMeta`` sequence, or ``None`` to use
+        ``as_strided`` (Note [View replay]).
+    :ivar detach: eager's view does not require grad though what it views may.
+    """
+
+    geometry: Geometry
+    replay: tuple[Any, ...] | None
+    detach: bool
+
+    @staticmethod
+    def of(view: Any, viewed: Any, what: str, *, requires_grad: bool, may_replay: bool) -> ViewRecipe:
+        """The recipe for functional ``view`` of ``viewed`` (a functional or
+        fake tensor)."""
+        if view.dtype != viewed.dtype:
+            raise StageError(STAGE, f"{what} views a tensor of dtype {viewed.dtype} as {view.dtype}; not supported")
+        sizes, strides, offset = concrete(view, what)
+        geometry = (sizes, strides, offset - concrete(viewed, what)[2])
+        replay = _checked_replay(view, _plain(viewed), (sizes, strides, offset)) if may_replay else None
+        return ViewRecipe(geometry, replay, not requires_grad)
+
+    def regenerate(self, viewed: torch.Tensor) -> torch.Tensor:
+        """The view, rebuilt from the real ``viewed`` (the per-call path)."""
+        if self.replay is not None:
+            out = _functionalization.apply_view_meta_sequence(viewed, self.replay)
+        else:
+            sizes, strides, rel_offset = self.geometry
+            out = viewed.as_strided(sizes, strides, viewed.storage_offset() + rel_offset)
+        if self.detach and out.requires_grad:
+            out = out.detach()
+        return out
+
+
+def _checked_replay(view: Any, viewed_fake: torch.Tensor, expected: Geometry) -> tuple[Any, ...] | None:
+    elem = getattr(view, "elem", None)
+    if elem is None or not torch._is_functional_tensor(elem):
+        return None
+    sequence: Sequence[Any] = _functionalization.get_view_meta_sequence(elem)
+    if not sequence or any(vm.has_symbolic_inputs for vm in sequence):
+        return None
+    try:
+        out = _functionalization.apply_view_meta_sequence(viewed_fake, sequence)
+    except Exception:  # a sequence that does not apply is a fallback, not an error
+        return None
+    got = (tuple(out.size()), tuple(out.stride()), out.storage_offset())
+    return tuple(sequence) if got == expected and out.dtype == view.dtype else None
