@@ -7,8 +7,11 @@ GPU here), so it is switched on first of all.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, str(Path(__file__).parent))  # the shared OpInfo sweep module
 
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
@@ -18,6 +21,10 @@ import pytest  # noqa: E402
 import conveyor  # noqa: E402
 import conveyor_triton.plugin  # noqa: E402
 from conveyor import Plugins  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "opinfo: the OpInfo sweep (bounded; deselect with -m 'not opinfo')")
 
 
 @pytest.fixture(autouse=True)

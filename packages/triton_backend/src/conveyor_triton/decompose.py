@@ -89,9 +89,20 @@ def _std(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: b
     return NotImplemented if var is NotImplemented else aten.sqrt(var)
 
 
+# kept whole: matmul-bound (they run as aten anyway), and the CPU flash
+# attention decomposition returns a logsumexp of another shape than the kernel's
+_KEEP = [
+    aten._scaled_dot_product_flash_attention_for_cpu,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward,
+]
+
+
 def table() -> dict[Any, Callable[..., Any]]:
     """The decomposition table the backend traces with."""
     decomps = {**core_aten_decompositions(), **get_decompositions(_EXTRA)}
+    for packet in _KEEP:
+        for overload in packet.overloads():
+            decomps.pop(getattr(packet, overload), None)
     decomps.update(
         {
             aten.mean.dim: _mean,
@@ -113,6 +124,22 @@ def decompose(request: Request) -> tuple[torch.fx.GraphModule, str | None]:
         return tuple(graph(*args))
 
     try:
-        return conveyor.retrace(flat, request.inputs, request.fake_mode, decomposition_table=table()), None
+        decomposed = conveyor.retrace(flat, request.inputs, request.fake_mode, decomposition_table=table())
     except Exception as exc:  # a decomposition that cannot trace: keep the ops as they are
         return graph, f"decomposition failed ({type(exc).__name__}: {exc}); ops kept as received"
+    before, after = _outputs(graph), _outputs(decomposed)
+    if len(before) != len(after) or any(not _same_meta(a, b) for a, b in zip(before, after)):
+        return graph, "decomposition changed an output's dtype or shape; ops kept as received"
+    return decomposed, None
+
+
+def _outputs(gm: torch.fx.GraphModule) -> list[Any]:
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    args = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
+    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
+
+
+def _same_meta(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        return False
+    return not isinstance(a, torch.Tensor) or (a.shape == b.shape and a.dtype == b.dtype)

@@ -20,7 +20,16 @@ from conveyor import StageError
 
 
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+    """Whether kernels will run in the interpreter: the switch is on and, if
+    triton is already imported, it was on at import time (``tl.sum`` and the
+    other library kernels are interpreted functions only then)."""
+    if os.environ.get("TRITON_INTERPRET", "0").lower() not in ("1", "true", "on", "yes"):
+        return False
+    if "triton" not in sys.modules:
+        return True
+    import triton.language as tl
+
+    return type(tl.standard.sum).__name__ == "InterpretedFunction"
 
 
 def switch_on_if_no_gpu() -> None:
