@@ -9,8 +9,8 @@ back with the inverse of that view. ``as_strided``'s inverse,
 ``view``/``permute`` invert to scatters with correct derivatives. So each
 merged input is built from the base's flat elements as a slice of a dense
 *box*: narrow the flat base to a window of whole rows, view it with the
-input's own strides (when they divide each other), narrow each dim, select
-the position within the smallest stride, permute back, and re-add size-1 and
+input's strides (and their gcds), slice each dim with its step, select the
+position within the smallest stride, permute back, and re-add size-1 and
 broadcast dims. The result is checked against the input's layout;
 ``as_strided`` is the fallback. A box needs its whole window inside the
 base, so the plan widens tight bases by up to a row (:func:`box_window`).
@@ -31,10 +31,14 @@ class _Box:
 
     :ivar order: ``(dim, size, stride)`` of the dims that move, by
         decreasing stride.
-    :ivar shape: the dense box: ``(rows, stride ratios..., smallest stride)``.
+    :ivar levels: the box's strides: the largest stride, then the gcd of
+        each level with the next stride; the layout's dim ``k`` is a
+        slice of box dim ``k`` with step ``stride / level``.
+    :ivar shape: the dense box: ``(rows, level ratios..., smallest level)``.
     """
 
     order: tuple[tuple[int, int, int], ...]
+    levels: tuple[int, ...]
     shape: tuple[int, ...]
 
     @property
@@ -45,17 +49,26 @@ class _Box:
     def of(size: Sequence[int], stride: Sequence[int]) -> _Box | None:
         order = tuple(sorted(((d, s, t) for d, (s, t) in enumerate(zip(size, stride))), key=lambda x: -x[2]))
         strides = [t for _, _, t in order]
-        if len(order) < 2 or any(a <= b or a % b for a, b in zip(strides, strides[1:])):
+        if len(order) < 2 or any(a <= b for a, b in zip(strides, strides[1:])):
             return None
-        return _Box(order, (order[0][1], *(a // b for a, b in zip(strides, strides[1:])), strides[-1]))
+        levels = [strides[0]]
+        for t in strides[1:]:
+            levels.append(math.gcd(levels[-1], t))
+        shape = (order[0][1], *(a // b for a, b in zip(levels, levels[1:])), levels[-1])
+        return _Box(order, tuple(levels), shape)
+
+    def steps(self) -> tuple[int, ...]:
+        return tuple(t // level for (_, _, t), level in zip(self.order, self.levels))
 
     def positions(self, rem: int) -> tuple[int, ...] | None:
         """Where the layout starts in the box when its first element is
         ``rem`` elements into the box, or ``None`` if it does not fit."""
         out = [0]
-        for k, (_, s, t) in enumerate(self.order[1:], start=1):
-            q, rem = divmod(rem, t)
-            if q + s > self.shape[k]:
+        for k, ((_, s, _), level, step) in enumerate(zip(self.order, self.levels, self.steps())):
+            if k == 0:
+                continue
+            q, rem = divmod(rem, level)
+            if q + (s - 1) * step + 1 > self.shape[k]:
                 return None
             out.append(q)
         return (*out, rem)
@@ -99,8 +112,9 @@ def _cut(flat: torch.Tensor, size: Sequence[int], stride: Sequence[int], rel: in
     view = flat.narrow(0, first, box.length).view(box.shape)
     starts = box.positions(rel - first)
     assert starts is not None
-    for k, (_, s, _) in enumerate(box.order[1:], start=1):
-        view = view.narrow(k, starts[k], s)
+    for k, ((_, s, _), step) in enumerate(zip(box.order, box.steps())):
+        if k:
+            view = view[(slice(None),) * k + (slice(starts[k], starts[k] + (s - 1) * step + 1, step),)]
     view = view.select(len(box.order), starts[-1])
     return view.permute(sorted(range(len(box.order)), key=lambda k: box.order[k][0]))
 
@@ -127,6 +141,6 @@ def replay(base: torch.Tensor, size: Sequence[int], stride: Sequence[int], stora
     same = (
         tuple(view.size()) == tuple(size)
         and view.storage_offset() == storage_offset
-        and all(a == b for s, a, b in zip(size, view.stride(), stride) if s != 1)
+        and tuple(view.stride()) == tuple(stride)
     )
     return view if same else None
