@@ -512,3 +512,25 @@ def set_onto_intermediate(x, y):
 def unused_random_kept(x):
     torch.rand(3)  # consumes the generator: dropping it would change the next draw
     return (x + torch.rand(3, 4),)
+
+
+# -- copy_ spelled with differentiable ops: broadcast, dtype, layout ------------------
+
+
+@case(S, S, mutated=(0,))
+def copy_broadcast_row(x, y):
+    x.copy_(y[0])
+    return (x + y,)
+
+
+@case(S, S, mutated=(0,))
+def copy_other_dtype(x, y):
+    x.copy_(y.double() * 2)
+    return (x * 1,)
+
+
+@case(S, S)
+def copy_into_transposed_intermediate(x, y):
+    z = x.t().clone()  # keeps the transposed strides
+    z.copy_(y.t() * 2)
+    return (z,)

@@ -2,10 +2,11 @@
 
 The traced function runs the request's graph on functional tensors
 (``run_functional``) and returns what :class:`FunctionalLayout` names:
-updated inputs, computed user outputs, intermediate bases. The trace goes
-through core's ``trace_user`` so that ``no_grad`` regions stay visible as
-``detach`` nodes (a value computed under ``no_grad`` from an input that
-requires grad must not carry gradients in the functional graph either).
+updated inputs, computed user outputs, intermediate bases. ``no_grad``
+regions stay visible as ``detach`` nodes, as in capture (a value computed
+under ``no_grad`` from an input that requires grad must not carry gradients
+in the functional graph either), and the functional ops autograd cannot
+differentiate are decomposed (``conveyor_functionalize.decompositions``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from conveyor.capture import trace_user
+from conveyor import retrace
+from conveyor.grad_regions import detach_no_grad_results
 
+from conveyor_functionalize.decompositions import DECOMPOSITIONS
 from conveyor_functionalize.functional_run import from_functional, run_functional
 from conveyor_functionalize.layout import FunctionalLayout
 
@@ -44,7 +47,8 @@ def trace_functional(
         outs += [from_functional(run.f_outputs[k]._base) for k in layout.intermediate_bases]
         return tuple(outs)
 
-    graph_module = trace_user(functional, inputs, fake_mode)
+    traced = retrace(functional, inputs, fake_mode, decomposition_table=DECOMPOSITIONS)
+    graph_module = detach_no_grad_results(traced, tuple(inputs))
     # views the program took only to write through them, or of outputs the
     # epilogue regenerates, are dead once functional
     if graph_module.graph.eliminate_dead_code():

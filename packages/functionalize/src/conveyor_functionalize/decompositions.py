@@ -1,0 +1,48 @@
+"""Functional ops that functionalization emits but autograd cannot differentiate.
+
+``x.copy_(src)`` functionalizes to ``aten.copy(x, src)``, which has no
+derivative formula: a joint forward+backward traced from the functional
+graph (the autograd stage) would fail on it. AOTAutograd never meets it
+because it differentiates *above* functionalization; conveyor
+functionalizes first, so the functional graph spells ``copy`` with
+differentiable ops instead: ``src`` converted to ``x``'s dtype and device,
+broadcast to ``x``'s shape, materialized with ``x``'s dense layout, and
+selected over ``x`` with ``where``, so that ``x`` gets the zero gradient eager
+gives it (not none at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _dense_permutation(t: torch.Tensor) -> list[int] | None:
+    """The dims of ``t`` from outermost to innermost when ``t`` is dense and
+    non-overlapping (so a contiguous buffer permuted back has its strides)."""
+    perm = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d)))
+    expected = 1
+    for d in reversed(perm):
+        if t.size(d) != 1 and t.stride(d) != expected:
+            return None
+        expected *= t.size(d)
+    return perm
+
+
+def copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``aten.copy``: a new tensor like ``self`` holding ``src``'s values."""
+    value = src.to(dtype=self.dtype, device=self.device, non_blocking=non_blocking).expand(self.shape)
+    perm = _dense_permutation(self)
+    if perm is None or perm == list(range(self.dim())):
+        value = value.clone(memory_format=torch.contiguous_format)
+    else:
+        inverse = [perm.index(d) for d in range(self.dim())]
+        value = value.permute(perm).clone(memory_format=torch.contiguous_format).permute(inverse)
+    return torch.where(torch.ones((), dtype=torch.bool, device=self.device), value, self)
+
+
+DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {aten.copy.default: copy}
