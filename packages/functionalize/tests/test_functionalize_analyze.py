@@ -6,6 +6,8 @@ import pytest
 import torch
 from conveyor.capture import trace_user
 from conveyor_functionalize import InputInfo, OutputInfo, OutputKind, ProgramMeta, analyze
+from conveyor_functionalize.layout import FunctionalLayout
+from conveyor_functionalize.trace import trace_functional
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 
@@ -79,17 +81,20 @@ def test_an_output_viewing_a_mutated_input_is_a_view_of_that_input() -> None:
     ]
 
 
-def test_the_analysis_leaves_the_fake_inputs_alone() -> None:
+def test_analysis_and_trace_leave_the_fake_inputs_alone() -> None:
     def f(x):
         x.unsqueeze_(0)
         x.mul_(2)
         return (x,)
 
     fake_mode = FakeTensorMode()
-    fake = fake_mode.from_tensor(torch.randn(2, 3), static_shapes=True)
+    fake = fake_mode.from_tensor(torch.randn(2, 3, requires_grad=True) * 1, static_shapes=True)
     graph = trace_user(f, [fake], fake_mode)
-    assert analyze(graph, [fake], fake_mode).inputs[0].mutates_metadata
-    assert (fake.shape, fake.stride()) == ((2, 3), (3, 1))
+    before = (fake.shape, fake.stride(), fake._version, fake.grad_fn, fake.untyped_storage()._cdata)
+    meta = analyze(graph, [fake], fake_mode)
+    assert meta.inputs[0].mutates_metadata and meta.inputs[0].mutates_data
+    trace_functional(graph, [fake], fake_mode, FunctionalLayout.of(meta))
+    assert (fake.shape, fake.stride(), fake._version, fake.grad_fn, fake.untyped_storage()._cdata) == before
 
 
 @pytest.mark.parametrize(
@@ -112,3 +117,21 @@ def test_the_analysis_leaves_the_fake_inputs_alone() -> None:
 def test_metadata_invariants(make) -> None:
     with pytest.raises(ValueError):
         make()
+
+
+def test_layout_names_the_inner_outputs() -> None:
+    def f(x, y, z):
+        x.add_(1)
+        y.t_()
+        b = z * 2
+        return (b[0], x.view(-1), z.exp(), b[1])
+
+    layout = FunctionalLayout.of(meta_of(f, torch.randn(2, 2), torch.randn(2, 3), torch.randn(2, 2)))
+    # only a data mutation needs a new value: y's metadata change is replayed from constants
+    assert layout.updated_inputs == (0,)
+    assert layout.computed_outputs == (2,)
+    assert layout.intermediate_bases == (0,)  # the base of outputs 0 and 3, found through output 0
+    assert (layout.updated_input_slot(0), layout.output_slot(2), layout.base_slot(0)) == (0, 1, 2)
+    assert layout.num_outputs == 3
+    with pytest.raises(ValueError, match="duplicates"):
+        FunctionalLayout((0, 0), (), ())
