@@ -105,10 +105,25 @@ class OutputRecipe:
 
 @dataclass(frozen=True)
 class EpiloguePlan:
-    """Everything the run-time wrapper does, decided at compile time."""
+    """Everything the run-time wrapper does, decided at compile time.
+
+    :ivar mutations: one per mutated input.
+    :ivar outputs: one per user output.
+    :ivar num_inner_outputs: how many outputs the inner callable returns.
+    """
 
     mutations: tuple[Mutation, ...]
     outputs: tuple[OutputRecipe, ...]
+    num_inner_outputs: int
+
+    @property
+    def is_identity(self) -> bool:
+        """Nothing to write back and the inner outputs are the user outputs."""
+        return (
+            not self.mutations
+            and self.num_inner_outputs == len(self.outputs)
+            and all(r.source is Source.INNER and r.index == k for k, r in enumerate(self.outputs))
+        )
 
     @staticmethod
     def build(
@@ -120,14 +135,13 @@ class EpiloguePlan:
             for i, info in enumerate(meta.inputs)
             if info.mutated
         )
-        # swaps onto another input's storage last, after that input's own writes
-        mutations = tuple(sorted(mutations, key=lambda m: m.storage_of is not None))
         outputs = tuple(_recipe(OutputIdx(k), meta, run, layout, inputs) for k in range(len(meta.outputs)))
-        return EpiloguePlan(mutations, outputs)
+        return EpiloguePlan(mutations, outputs, layout.num_outputs)
 
     def wrap(self, inner: CompiledFn) -> CompiledFn:
-        """The stage's compiled callable around the inner one."""
-        return _runtime(self, inner)
+        """The stage's compiled callable around the inner one (the inner one
+        itself when there is nothing to do)."""
+        return inner if self.is_identity else _runtime(self, inner)
 
 
 def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, records_grad: bool) -> Mutation:
@@ -178,8 +192,6 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     recipes = plan.outputs
     n = len(recipes)
     needs_inputs = bool(mutations) or any(r.source in (Source.INPUT, Source.INPUT_VIEW) for r in recipes)
-    simple = all(r.source is Source.INNER for r in recipes) and not mutations
-    slots = [r.index for r in recipes]
     # per-call lists, in epilogue order: swaps, metadata, data, swaps onto other inputs
     clone_first = [m.input for m in mutations if m.clone_first]
     swaps = [(m.input, m.slot) for m in mutations if m.swap_storage and m.storage_of is None]
@@ -190,9 +202,6 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     order = sorted(range(n), key=lambda k: recipes[k].source is not Source.INNER)
 
     def run(args: list[Any]) -> Sequence[Any]:
-        if simple:
-            inner_outs = inner(args)
-            return [inner_outs[s] for s in slots]
         real = list(args) if needs_inputs else ()
         for i in clone_first:
             args[i] = args[i].clone()
