@@ -11,6 +11,7 @@ each other exactly as in eager.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from conveyor_triton import kernel_cache
+from conveyor_triton import kernel_cache, metrics
+from conveyor_triton.classify import is_view
 from conveyor_triton.codegen import KernelSource
 from conveyor_triton.report import Report
 
@@ -101,6 +103,8 @@ class KernelStep:
             blocks = block_sizes(device, k.xnumel, k.rnumel)
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
             self.fn(index64)[grid](*args, **blocks)
+            if metrics.active():
+                metrics.record("kernel", tensors, outs)
         for view in self.post_views:
             env[view] = run_node(view, env, None)
 
@@ -131,7 +135,16 @@ class AtenStep:
     module: torch.fx.GraphModule
 
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
-        env[self.node] = run_node(self.node, env, self.module)
+        env[self.node] = out = run_node(self.node, env, self.module)
+        if metrics.active() and self.launches:
+            reads = [env[n] for n in self.node.all_input_nodes]
+            metrics.record("aten", reads, [out])
+
+    @property
+    def launches(self) -> bool:
+        """Whether this call is a kernel of its own (not a view, not a getitem)."""
+        node = self.node
+        return node.op == "call_function" and node.target is not operator.getitem and not is_view(node)
 
 
 class Program:
