@@ -20,6 +20,14 @@ def dedupe_only(fresh_plugins: Plugins) -> Callable[[Any], conveyor.Compiled]:
 
 
 @pytest.fixture
-def full_pipeline(installed_plugins: Plugins) -> Callable[[Any], conveyor.Compiled]:
-    """Compile with every installed stage and the eager backend."""
-    return lambda f: conveyor.compile(f, plugins=installed_plugins, backend="eager")
+def full_pipeline() -> Callable[[Any], conveyor.Compiled]:
+    """Compile with the full pipeline's installed stages (functionalize,
+    autograd...) and the eager backend; other plugins are not loaded."""
+    plugins = Plugins()
+    plugins.load_entry_points(allow=("dedupe", "synthetic_base", "functionalize", "autograd"))
+    return lambda f: conveyor.compile(f, plugins=plugins, backend="eager")
+
+
+@pytest.fixture(params=["dedupe_only", "full_pipeline"])
+def pipeline(request: pytest.FixtureRequest) -> Callable[[Any], conveyor.Compiled]:
+    return request.getfixturevalue(request.param)
