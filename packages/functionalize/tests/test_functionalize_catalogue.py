@@ -167,3 +167,55 @@ def test_views_are_replayed_with_eagers_view_ops() -> None:
     eager = f(x)
     compiled = compile_eager(f)(x)
     assert [type(o.grad_fn).__name__ for o in compiled] == [type(o.grad_fn).__name__ for o in eager]
+
+
+def update_leaf_under_no_grad(w, x):
+    with torch.no_grad():
+        w.add_(1)
+    return (x * 2,)
+
+
+def update_leaf_under_no_grad_then_read(w, x):
+    with torch.no_grad():
+        w.add_(1)
+    return (x * 2 + w,)
+
+
+def use_then_update_leaf_under_no_grad(w, x):
+    y = w * x
+    with torch.no_grad():
+        w.mul_(0.5)
+    return (y,)
+
+
+class DecayInForward(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.lin(x)
+        with torch.no_grad():
+            self.lin.weight.mul_(0.9)
+        return out
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        update_leaf_under_no_grad,
+        pytest.param(
+            update_leaf_under_no_grad_then_read,
+            marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG["mutate_under_no_grad_then_read"]),
+        ),
+        use_then_update_leaf_under_no_grad,
+        DecayInForward(),
+    ],
+    ids=["update", "update_then_read", "use_then_update", "module_param_decay"],
+)
+def test_no_grad_writes_into_leaves_that_require_grad(fn) -> None:
+    """Allowed in eager (no history is recorded); the leaf stays a leaf."""
+    if isinstance(fn, torch.nn.Module):
+        check(fn, torch.randn(2, 3), compile=compile_eager)
+    else:
+        check(fn, torch.randn(3, requires_grad=True), torch.randn(3), compile=compile_eager)
