@@ -21,7 +21,7 @@ class Case:
     fn: Callable[..., Any]
     shapes: tuple[tuple[int, ...], ...]
     mutated: tuple[int, ...] = ()
-    differentiable: bool = True  # eager has a backward for it (set_ has none)
+    grad_variant: bool = True  # also run with requires_grad (not for set_: eager has no backward)
 
     def leaves(self, requires_grad: bool) -> list[torch.Tensor]:
         gen = torch.Generator().manual_seed(len(self.name))
@@ -35,10 +35,10 @@ CASES: list[Case] = []
 
 
 def case(
-    *shapes: tuple[int, ...], mutated: tuple[int, ...] = (), differentiable: bool = True
+    *shapes: tuple[int, ...], mutated: tuple[int, ...] = (), grad_variant: bool = True
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        CASES.append(Case(fn.__name__, fn, shapes, mutated, differentiable))
+        CASES.append(Case(fn.__name__, fn, shapes, mutated, grad_variant))
         return fn
 
     return register
@@ -355,6 +355,16 @@ def unsqueeze(x):
 
 
 @case(S)
+def view_as_int(x):
+    return (x.view(torch.int32),)
+
+
+@case((3, 2), grad_variant=False)  # the checker's gradient loss cannot weight a complex output
+def view_as_complex(x):
+    return (torch.view_as_complex(x),)
+
+
+@case(S)
 def detach(x):
     return (x.detach(),)
 
@@ -480,26 +490,26 @@ def everything(x):
 # -- storage swaps (set_) ----------------------------------------------------------
 
 
-@case(S, (2, 2), mutated=(0,), differentiable=False)
+@case(S, (2, 2), mutated=(0,), grad_variant=False)
 def set_onto_input(x, y):
     x.set_(y)
     return (x + 1,)
 
 
-@case(S, (2, 2), mutated=(0,), differentiable=False)
+@case(S, (2, 2), mutated=(0,), grad_variant=False)
 def set_return_input(x, y):
     x.set_(y)
     return (x,)
 
 
-@case(S, (2, 2), mutated=(0, 1), differentiable=False)
+@case(S, (2, 2), mutated=(0, 1), grad_variant=False)
 def set_then_write_other(x, y):
     x.set_(y)
     y.mul_(2)
     return (x * 1,)
 
 
-@case(S, (2, 2), mutated=(0,), differentiable=False)
+@case(S, (2, 2), mutated=(0,), grad_variant=False)
 def set_onto_intermediate(x, y):
     x.set_(y * 2)
     return (y + 1,)

@@ -54,7 +54,7 @@ KNOWN_WRONG = {
 def catalogue_params() -> list[object]:
     params = []
     for c in CASES:
-        for rg in (False, True) if c.differentiable else (False,):
+        for rg in (False, True) if c.grad_variant else (False,):
             marks = [pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[c.name])] if rg and c.name in KNOWN_WRONG else []
             params.append(pytest.param(c, rg, id=f"{c.name}-{'grad' if rg else 'plain'}", marks=marks))
     return params
@@ -131,7 +131,7 @@ def test_no_writing_op_reaches_the_backend() -> None:
     plugins = functionalize_plugins(conveyor.StageSpec(name="recording", kind="backend", impl=backend))
     compiled_cases = 0
     for case in CASES:
-        for requires_grad in (False, True) if case.differentiable else (False,):
+        for requires_grad in (False, True) if case.grad_variant else (False,):
             fn = conveyor.compile(case.fn, plugins=plugins, backend="recording")
             try:
                 fn(*case.inputs(case.leaves(requires_grad)))
@@ -219,3 +219,32 @@ def test_no_grad_writes_into_leaves_that_require_grad(fn) -> None:
         check(fn, torch.randn(2, 3), compile=compile_eager)
     else:
         check(fn, torch.randn(3, requires_grad=True), torch.randn(3), compile=compile_eager)
+
+
+def add_one_and_double(x):
+    x.add_(1)
+    return (x, x * 2)
+
+
+LAYOUTS_AND_DTYPES = {
+    "transposed": lambda: torch.randn(4, 3).t(),
+    "channels_last": lambda: torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last),
+    "view_with_offset": lambda: torch.randn(4, 4)[1:, :2],
+    "zero_dim": lambda: torch.tensor(1.5),
+    "empty": lambda: torch.randn(0, 3),
+    "int64": lambda: torch.arange(6),
+    "float64": lambda: torch.randn(3, dtype=torch.float64),
+}
+
+
+@pytest.mark.parametrize("make", LAYOUTS_AND_DTYPES.values(), ids=LAYOUTS_AND_DTYPES.keys())
+def test_mutated_inputs_of_any_layout_and_dtype(make) -> None:
+    check(add_one_and_double, make(), compile=compile_eager)
+
+
+def test_bool_inputs() -> None:
+    def f(mask, x):
+        mask.logical_not_()
+        return (x.masked_fill(mask, 0.0), mask)
+
+    check(f, torch.rand(4) > 0.5, torch.randn(4), compile=compile_eager)

@@ -59,11 +59,13 @@ class ViewRecipe:
     def of(view: Any, viewed: Any, what: str, *, requires_grad: bool, may_replay: bool) -> ViewRecipe:
         """The recipe for functional ``view`` of ``viewed`` (a functional or
         fake tensor)."""
-        if view.dtype != viewed.dtype:
-            raise StageError(STAGE, f"{what} views a tensor of dtype {viewed.dtype} as {view.dtype}; not supported")
         sizes, strides, offset = concrete(view, what)
         geometry = (sizes, strides, offset - concrete(viewed, what)[2])
         replay = _checked_replay(view, _plain(viewed), (sizes, strides, offset)) if may_replay else None
+        if replay is None and view.dtype != viewed.dtype:  # as_strided cannot change the dtype
+            raise StageError(
+                STAGE, f"{what} views a tensor of dtype {viewed.dtype} as {view.dtype} in a way that cannot be replayed"
+            )
         return ViewRecipe(geometry, replay, not requires_grad)
 
     def regenerate(self, viewed: torch.Tensor) -> torch.Tensor:
