@@ -20,6 +20,7 @@ class Case:
     make_inputs: Callable[[torch.Tensor], Sequence[Any]]
     inner_inputs: int
     shape: tuple[int, ...] = (6, 8)
+    grad: bool = True  #: the program is differentiable
 
     @property
     def name(self) -> str:
@@ -173,6 +174,28 @@ def two_groups_two_roots(a, p, b, q):
     return a * 2, q * 3
 
 
+def same_tensor_and_a_view_of_it(a, a_again, v):
+    v.mul_(2)
+    a_again.add_(1)
+    return a * 1
+
+
+def empty_alias(a, empty, b):
+    a.add_(1)
+    return b + empty.sum()
+
+
+def selects_on_different_dims(a, b):
+    a.mul_(3)
+    return b.sin()
+
+
+def integer_aliases(a, b):
+    a.add_(3)
+    b.mul_(2)
+    return a + b[:1]
+
+
 def everything_at_once(a, b, c, d):
     a.add_(1)
     d.t_()
@@ -212,6 +235,10 @@ CASES = [
     Case(small_aliases_of_large_base, lambda r: (r[100:110], r[105:120]), 1, (4096,)),
     Case(shared_storage_metadata_only, lambda r: (r[0:3], r[2:5]), 2),
     Case(two_groups_two_roots, lambda r: _two_roots(r, r * 2), 2),
+    Case(same_tensor_and_a_view_of_it, lambda r: (r, r, r[1:3]), 1),
+    Case(empty_alias, lambda r: (r[0:3], r[2:2], r[2:5]), 2),
+    Case(selects_on_different_dims, lambda r: (r[:, 1], r[1]), 1, (3, 4, 5)),
+    Case(integer_aliases, lambda r: (lambda i: (i[0:3], i[2:5]))((r * 10).to(torch.int64)), 1, grad=False),
     Case(everything_at_once, lambda r: (r[0:3], r[2:5], r[5:6], r[5:]), 3),
 ]
 
@@ -221,7 +248,6 @@ SHARED_BUT_DISJOINT = (
     "functionalize rejects inputs that share storage when one is mutated even when they do not "
     "overlap (conveyor_functionalize.analysis._check_no_mutated_aliases); synthetic_base leaves them apart"
 )
-COPY_DERIVATIVE = "autograd: 'derivative for aten::copy is not implemented' (fails on one input as well)"
 NO_GRAD_MUTATION = "functionalize/autograd: an output computed after a no_grad mutation loses requires_grad"
 KNOWN_INNER = {
     ("disjoint_both_mutated", False): SHARED_BUT_DISJOINT,
@@ -232,16 +258,23 @@ KNOWN_INNER = {
     ("two_groups_out_of_order", True): SHARED_BUT_DISJOINT,
     ("shared_storage_metadata_only", False): SHARED_BUT_DISJOINT,
     ("shared_storage_metadata_only", True): SHARED_BUT_DISJOINT,
+    ("empty_alias", False): SHARED_BUT_DISJOINT,
+    ("empty_alias", True): SHARED_BUT_DISJOINT,
     ("everything_at_once", False): SHARED_BUT_DISJOINT,
     ("everything_at_once", True): SHARED_BUT_DISJOINT,
-    ("slice_assignment", True): COPY_DERIVATIVE,
-    ("copy_from_overlapping", True): COPY_DERIVATIVE,
     ("mutation_under_no_grad", True): NO_GRAD_MUTATION,
 }
 
 
-@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad", "grad"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    ("case", "requires_grad"),
+    [
+        pytest.param(case, grad, id=f"{case.name}-{'grad' if grad else 'no_grad'}")
+        for case in CASES
+        for grad in (False, True)
+        if case.grad or not grad
+    ],
+)
 def test_aliasing_case(
     case: Case,
     requires_grad: bool,
