@@ -61,6 +61,17 @@ def writes(x, y):
     return z.sin(), x.cos()
 
 
+def column_reductions(x, g, w):
+    """Reductions over leading dimensions with their pointwise producers (norm
+    weight and bias gradients): permuted groups."""
+    xhat = (x - x.mean(0, keepdim=True)) * w
+    return (g * xhat).sum((0, 1)), g.sum((0, 1)), (xhat * xhat).sum(0), (x.t() + 1).amax(0)
+
+
+def row_values(x, r):
+    return x * (r / 4), (r * 2).exp()
+
+
 def scalar_constants(x):
     return torch.full_like(x, 2.5) * x, torch.zeros_like(x) + 1, x.new_ones(()) + x
 
@@ -80,6 +91,8 @@ CASES = [
     (fallback_matmul, lambda: (torch.randn(4, 8), torch.randn(8, 3))),
     (writes, lambda: (torch.randn(4, 4), torch.randn(4, 4))),
     (scalar_constants, lambda: (torch.randn(3, 3),)),
+    (column_reductions, lambda: (torch.randn(3, 4, 6), torch.randn(3, 4, 6), torch.randn(6))),
+    (row_values, lambda: (torch.randn(5, 8), torch.randn(5, 1))),
 ]
 
 
@@ -114,6 +127,15 @@ def test_fusion_groups(triton_only):
     assert report.kernels[0].kind == "reduction"
     assert not report.fallbacks
     assert "@triton.jit" in report.sources()
+
+
+def test_column_reductions_fuse_with_their_producers(triton_only):
+    def grads(g, xhat):
+        return (g * xhat).sum((0, 1)), g.sum((0, 1))
+
+    result = check(grads, torch.randn(3, 4, 6), torch.randn(3, 4, 6), compile=triton_only())
+    (report,) = conveyor_triton.reports(result.compiled)
+    assert len(report.kernels) == 1, str(report)
 
 
 def test_fallbacks_are_reported(triton_only):

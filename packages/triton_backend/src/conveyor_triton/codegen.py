@@ -19,7 +19,7 @@ import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS
 from conveyor_triton.dtypes import cast, compute_dtype, literal, tl_type
-from conveyor_triton.fusion import Group, reduction_dims
+from conveyor_triton.fusion import Group
 from conveyor_triton.ops import RULES, Value
 
 
@@ -29,19 +29,23 @@ class TensorArg:
 
     :ivar node: the graph node whose run-time value it is (for a load), or the
         group member it stores.
-    :ivar permute: dims order applied to the value before reading, or None.
-    :ivar shape: the logical shape the kernel indexes (the value is expanded
-        to it when reading).
+    :ivar shape: the value's logical shape (a load expands the value to it).
+    :ivar permute: the order the kernel addresses the dimensions in (Note
+        [Permuted groups] in ``conveyor_triton.fusion``), or None.
     """
 
     node: torch.fx.Node
-    permute: tuple[int, ...] | None
     shape: tuple[int, ...]
+    permute: tuple[int, ...] | None
     dtype: torch.dtype
 
     def __post_init__(self) -> None:
         if self.permute is not None and sorted(self.permute) != list(range(len(self.shape))):
             raise ValueError(f"permute {self.permute} does not fit rank {len(self.shape)}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
 
 
 @dataclass(frozen=True)
@@ -96,17 +100,22 @@ class _Writer:
             return "xindex", "xmask"
         return ("xindex", "xmask") if scope == "outer" else ("findex", "fmask")
 
-    def load(self, node: torch.fx.Node, permute: tuple[int, ...] | None, shape: tuple[int, ...], scope: str, out: list[str], indent: str) -> str:
+    def perm(self, scope: str) -> tuple[int, ...] | None:
+        """The permutation full values are addressed in, in ``scope``."""
+        return None if scope == "outer" else self.group.perm
+
+    def load(self, node: torch.fx.Node, shape: tuple[int, ...], scope: str, out: list[str], indent: str) -> str:
+        permute = self.perm(scope)
         key = (node, repr((permute, shape)), scope)
         if key in self.loads:
             return self.loads[key]
         dtype = node.meta["val"].dtype
-        arg = TensorArg(node, permute, shape, dtype)
+        arg = TensorArg(node, shape, permute, dtype)
         if arg not in self.load_args:
             self.load_args.append(arg)
         prefix = f"in{self.load_args.index(arg)}"
         index, mask = self.scope_index(scope)
-        off = self.offset(prefix, len(shape), index, out, indent)
+        off = self.offset(prefix, arg.rank, index, out, indent)
         name = self.fresh("l")
         value = f"tl.load({prefix} + {off}, mask={mask}, other=0)"
         if compute_dtype(dtype) is not dtype:
@@ -141,7 +150,7 @@ class _Writer:
         if arg in self.group.members:
             return Value(self.value(arg, scope, out, indent), val.dtype, ndim=val.dim())
         shape = tuple(node.meta["val"].shape)
-        return Value(self.load(arg, None, shape, scope, out, indent), val.dtype, ndim=val.dim())
+        return Value(self.load(arg, shape, scope, out, indent), val.dtype, ndim=val.dim())
 
     def block(self, scope: str) -> str:
         if not self.row_group:
@@ -172,11 +181,7 @@ class _Writer:
         if source in self.group.members:
             val = self.value(source, loop, body, indent)  # type: ignore[arg-type]
         else:
-            shape = tuple(source.meta["val"].shape)  # type: ignore[union-attr]
-            dims = reduction_dims(node)
-            perm = tuple(d for d in range(len(shape)) if d not in dims) + dims
-            permuted = tuple(shape[d] for d in perm)
-            val = self.load(source, None if perm == tuple(range(len(shape))) else perm, permuted, loop, body, indent)  # type: ignore[arg-type]
+            val = self.load(source, tuple(source.meta["val"].shape), loop, body, indent)  # type: ignore[arg-type, union-attr]
         src_dtype = source.meta["val"].dtype  # type: ignore[union-attr]
         val = cast(val, src_dtype, out_dtype) if out_dtype is not src_dtype else val
         if acc_dtype is not out_dtype:
@@ -238,8 +243,8 @@ class _Writer:
         for prefix, args in (("in", self.load_args), ("out", store_args)):
             for k, a in enumerate(args):
                 params.append(f"{prefix}{k}")
-                params += [f"{prefix}{k}_size{j}" for j in range(1, len(a.shape))]
-                params += [f"{prefix}{k}_stride{j}" for j in range(len(a.shape))]
+                params += [f"{prefix}{k}_size{j}" for j in range(1, a.rank)]
+                params += [f"{prefix}{k}_stride{j}" for j in range(a.rank)]
         params.append("xnumel")
         if self.row_group:
             params.append("rnumel")
@@ -255,14 +260,15 @@ class _Writer:
 
     def store(self, node: torch.fx.Node, value: str, scope: str, args: list[TensorArg], indent: str) -> None:
         val = node.meta["val"]
-        arg = TensorArg(node, None, tuple(val.shape), val.dtype)
+        row = self.row_group and self.group.members[node] == "row"
+        arg = TensorArg(node, tuple(val.shape), None if row else self.perm(scope), val.dtype)
         prefix = f"out{len(args)}"
         args.append(arg)
         index, mask = self.scope_index(scope)
-        if self.row_group and self.group.members[node] == "row":
+        if row:
             index, mask = "xindex", "xmask"
         out = self.lines
-        off = self.offset(prefix, len(arg.shape), index, out, indent)
+        off = self.offset(prefix, arg.rank, index, out, indent)
         out.append(f"{indent}tl.store({prefix} + {off}, {cast(value, val.dtype, val.dtype)}.to({tl_type(val.dtype)}), mask={mask})")
 
 

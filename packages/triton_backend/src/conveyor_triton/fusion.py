@@ -15,6 +15,14 @@ Legality: groups never span a node that writes to memory (Note [Write
 barriers]), and joining a group never makes it depend on a step that depends
 on it (no cycles in the step graph).
 
+Note [Permuted groups]: a reduction over leading dimensions (a bias or norm
+weight gradient sums over the batch) addresses its full values with the
+dimensions permuted (kept ones first, reduced ones last), so the reduced
+elements of one output again sit in one row. Every full value of such a group
+has the same logical shape (no views), loads and stores go through the
+permuted sizes and strides, and row values keep the natural order of the kept
+dimensions.
+
 Note [Write barriers]: a graph that still contains mutation (functionalize
 disabled) is cut at each writing node into segments; every group lies in one
 segment and steps run segment by segment, so every read sees exactly the
@@ -44,8 +52,11 @@ class Group:
     :ivar numel: number of full elements.
     :ivar reduce: ``R`` once the group has a reduction, else None.
     :ivar rows: ``X`` once the group has a reduction.
-    :ivar permuted: its first reduction reads an input in permuted order, so
-        no full node may join (Note [Linear index]).
+    :ivar perm: for a group whose reduction is not over trailing dimensions,
+        the order (kept dimensions, then reduced ones) its full values are
+        addressed in (Note [Permuted groups]); None otherwise.
+    :ivar shape: the logical shape of every full value of a permuted group.
+    :ivar reduced: the dimensions (of ``shape``) a permuted group reduces.
     """
 
     step: int
@@ -54,7 +65,9 @@ class Group:
     members: dict[torch.fx.Node, Kind] = field(default_factory=dict)
     reduce: int | None = None
     rows: int | None = None
-    permuted: bool = False
+    perm: tuple[int, ...] | None = None
+    shape: tuple[int, ...] | None = None
+    reduced: tuple[int, ...] = ()
     reads: set[torch.fx.Node] = field(default_factory=set)
 
 
@@ -120,6 +133,16 @@ def access_ok(src: tuple[int, ...], src_kind: Kind, dst: tuple[int, ...], dst_ki
         elif e != 0:
             return False
     return True
+
+
+def _row_broadcast_ok(src: tuple[int, ...], dst: tuple[int, ...], reduced: tuple[int, ...]) -> bool:
+    """In a permuted group: a row value of shape ``src`` broadcast to the full
+    shape ``dst`` is constant along the ``reduced`` dimensions and equal to
+    ``dst`` along the others (so its linear index is that of the kept ones)."""
+    if len(src) > len(dst):
+        return False
+    padded = (1,) * (len(dst) - len(src)) + src
+    return all(s == 1 if i in reduced else s == d for i, (s, d) in enumerate(zip(padded, dst)))
 
 
 class Fuser:
@@ -192,16 +215,31 @@ class Fuser:
         self.group_of[node] = group
         return group
 
-    def _sharing(self, node: torch.fx.Node, segment: int, numel: int) -> list[Group]:
-        """Groups of this segment over ``numel`` full elements that already read
-        one of ``node``'s inputs (horizontal fusion: the read is shared), most
-        recent first."""
+    def _sharing(self, node: torch.fx.Node, segment: int, shape: tuple[int, ...]) -> list[Group]:
+        """Groups of this segment whose full values can have ``shape`` and that
+        already read one of ``node``'s inputs (horizontal fusion: the read is
+        shared), most recent first."""
         found = [
             g
-            for g in (s.group for s in self.steps if s.group is not None)
-            if g.segment == segment and g.numel == numel and not g.permuted and g.reads & set(node.all_input_nodes)
+            for g in self._groups(segment)
+            if g.numel == math.prod(shape)
+            and g.shape in (None, shape)
+            and g.reads & set(node.all_input_nodes)
         ]
         return sorted(found, key=lambda g: -g.step)
+
+    def _groups(self, segment: int) -> list[Group]:
+        """This segment's groups, most recent first."""
+        return [s.group for s in reversed(self.steps) if s.group is not None and s.group.segment == segment]
+
+    def _access(self, operand: torch.fx.Node, group: Group, node: torch.fx.Node, kind: Kind) -> bool:
+        """Whether ``node`` (of ``kind`` in ``group``) may read member ``operand`` in place."""
+        src, src_kind, dst = _shape(operand), group.members[operand], _shape(node)
+        if group.perm is None:
+            return access_ok(src, src_kind, dst, kind, group.reduce or 1)
+        if src_kind == kind:
+            return src == dst
+        return src_kind == "row" and _row_broadcast_ok(src, dst, group.reduced)
 
     def _internal(self, node: torch.fx.Node, segment: int) -> Group | None:
         group = self.group_of.get(node)
@@ -219,22 +257,27 @@ class Fuser:
         for group in sorted(candidates, key=lambda g: -g.step):
             inside = [a for a in operands if self.group_of.get(a) is group]
             any_full = any(group.members[a] == "full" for a in inside)
-            grows = group.rows is not None and _numel(node) == group.numel != group.rows
+            if group.perm is not None:
+                grows = _shape(node) == group.shape
+            else:
+                grows = group.rows is not None and _numel(node) == group.numel != group.rows
             kind: Kind = "full" if any_full or grows else "row"
-            if kind == "full" and group.permuted:
+            if kind == "full" and group.shape not in (None, _shape(node)):
                 continue
             if _numel(node) != (group.numel if kind == "full" else group.rows):
                 continue
-            reduce = group.reduce or 1
-            if all(access_ok(_shape(a), group.members[a], _shape(node), kind, reduce) for a in inside):
+            if all(self._access(a, group, node, kind) for a in inside):
                 if self._join(node, group, kind):
                     return
-        for group in self._sharing(node, segment, _numel(node)):
+        for group in self._sharing(node, segment, _shape(node)):
             inside = [a for a in operands if self.group_of.get(a) is group]
-            if group not in candidates and all(
-                access_ok(_shape(a), group.members[a], _shape(node), "full", group.reduce or 1) for a in inside
-            ):
+            if group not in candidates and all(self._access(a, group, node, "full") for a in inside):
                 if self._join(node, group, "full"):
+                    return
+        for group in self._groups(segment):  # a per-row value next to a reduction reading the same input
+            if group.rows == _numel(node) != group.numel and group.reads & set(node.all_input_nodes):
+                inside = [a for a in operands if self.group_of.get(a) is group]
+                if all(self._access(a, group, node, "row") for a in inside) and self._join(node, group, "row"):
                     return
         self._new_group(node, "full", segment, position, _numel(node))
 
@@ -244,31 +287,51 @@ class Fuser:
         dims = reduction_dims(node)
         reduce = math.prod(shape[d] for d in dims)
         trailing = dims == tuple(range(len(shape) - len(dims), len(shape)))
+        perm = None if trailing else tuple(d for d in range(len(shape)) if d not in dims) + dims
+        rows = _numel(node)
         group = self._internal(source, segment)  # type: ignore[arg-type]
-        if (
-            group is not None
-            and trailing
-            and group.members[source] == "full"  # type: ignore[index]
-            and not group.permuted
-            and group.numel == math.prod(shape)
-            and (group.reduce is None or (group.reduce == reduce and group.rows == _numel(node)))
-        ):
+        if group is not None and group.members[source] == "full" and self._fits(group, shape, perm, reduce, rows):  # type: ignore[index]
             if self._join(node, group, "row"):
-                group.reduce, group.rows = reduce, _numel(node)
+                self._set_reduction(group, shape, perm, dims, reduce, rows)
                 return
-        if trailing and group is None:
-            for shared in self._sharing(node, segment, math.prod(shape)):
-                if shared.reduce in (None, reduce) and shared.rows in (None, _numel(node)) and self._join(node, shared, "row"):
-                    shared.reduce, shared.rows = reduce, _numel(node)
+        # read from outside: any group already reducing rows of this domain
+        # takes it (one launch instead of two, reads shared or not)
+        domain = [g for g in self._groups(segment) if g.reduce is not None]
+        for shared in [*self._sharing(node, segment, shape), *domain]:
+            if shared is not group:
+                if self._fits(shared, shape, perm, reduce, rows) and self._join(node, shared, "row"):
+                    self._set_reduction(shared, shape, perm, dims, reduce, rows)
                     return
         group = self._new_group(node, "row", segment, position, math.prod(shape))
-        group.reduce, group.rows, group.permuted = reduce, _numel(node), not trailing
+        self._set_reduction(group, shape, perm, dims, reduce, rows)
+
+    @staticmethod
+    def _fits(group: Group, shape: tuple[int, ...], perm: tuple[int, ...] | None, reduce: int, rows: int) -> bool:
+        """Whether a reduction of a ``shape`` value (addressed in ``perm``
+        order) over ``reduce`` elements per row can join ``group``."""
+        if group.numel != math.prod(shape):
+            return False
+        if group.reduce is not None:
+            return (group.reduce, group.rows, group.perm) == (reduce, rows, perm) and (perm is None or group.shape == shape)
+        if perm is None:
+            return True
+        # a pointwise group becomes permuted: every member must be a full value of this very shape
+        return all(_shape(n) == shape and n.target in RULES for n in group.members)
+
+    @staticmethod
+    def _set_reduction(
+        group: Group, shape: tuple[int, ...], perm: tuple[int, ...] | None, dims: tuple[int, ...], reduce: int, rows: int
+    ) -> None:
+        group.reduce, group.rows = reduce, rows
+        if perm is not None:
+            group.perm, group.shape, group.reduced = perm, shape, tuple(perm[len(perm) - len(dims) :])
 
     def _view(self, node: torch.fx.Node, segment: int, position: int) -> None:
         source = node.args[0]
         group = self._internal(source, segment) if isinstance(source, torch.fx.Node) else None
         if (
             group is not None
+            and group.perm is None
             and node.target in ORDER_KEEPING_VIEWS
             and _numel(node) == _numel(source)  # type: ignore[arg-type]
             and node.meta["val"].dtype == source.meta["val"].dtype  # type: ignore[union-attr]

@@ -78,11 +78,10 @@ class KernelStep:
         args: list[Any] = []
         tensors: list[torch.Tensor] = []
         for load in k.loads:
-            t = env[load.node]
+            t = env[load.node].expand(load.shape)
+            tensors.append(t)
             if load.permute is not None:
                 t = t.permute(load.permute)
-            t = t.expand(load.shape)
-            tensors.append(t)
             args += [t, *t.shape[1:], *t.stride()]
         device = tensors[0].device if tensors else None
         outs = []
@@ -93,7 +92,8 @@ class KernelStep:
                 out.fill_(_poison(store.dtype))
             outs.append(out)
             env[store.node] = out
-            args += [out, *store.shape[1:], *stride]
+            addressed = out if store.permute is None else out.permute(store.permute)
+            args += [out, *addressed.shape[1:], *addressed.stride()]
         args.append(k.xnumel)
         if k.rnumel is not None:
             args.append(k.rnumel)
