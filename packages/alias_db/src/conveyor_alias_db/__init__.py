@@ -10,6 +10,7 @@ from conveyor_alias_db.__about__ import __version__
 from conveyor_alias_db.db import AliasDb
 from conveyor_alias_db.debug import ENV_VAR, AliasDbMismatch
 from conveyor_alias_db.group import FusedGroup, group_of
+from conveyor_alias_db.inputs import input_aliasing
 from conveyor_alias_db.locations import RNG, WILDCARD, Effects, LocId, ValueFacts
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "ValueFacts",
     "__version__",
     "group_of",
+    "input_aliasing",
 ]
