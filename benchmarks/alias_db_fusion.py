@@ -21,7 +21,6 @@ import time
 
 import torch
 import torch.fx
-
 from conveyor_alias_db import AliasDb, group_of
 
 aten = torch.ops.aten
@@ -114,7 +113,9 @@ def main() -> None:
         print(f"{size:>7} {merges:>7} {refused:>7} {elapsed:>13.3f} {rebuilt:>24}", flush=True)
     sizes = sorted(in_place_times)
     for small, big in zip(sizes, sizes[1:]):
-        print(f"in place {big}/{small}: {in_place_times[big] / in_place_times[small]:.2f}x for {big / small:.0f}x nodes")
+        print(
+            f"in place {big}/{small}: {in_place_times[big] / in_place_times[small]:.2f}x for {big / small:.0f}x nodes"
+        )
 
 
 if __name__ == "__main__":

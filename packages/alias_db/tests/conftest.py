@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 import torch
 import torch.fx
-from torch.fx.experimental.proxy_tensor import make_fx
-
 from conveyor_alias_db.debug import ENV_VAR
+from torch.fx.experimental.proxy_tensor import make_fx
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,8 @@ import operator
 import pytest
 import torch
 import torch.fx
-from torch.fx.experimental.proxy_tensor import make_fx
-
 from conveyor_alias_db import RNG, WILDCARD, AliasDb
+from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
 
@@ -21,7 +20,12 @@ def test_views_alias_their_base_and_each_other(trace):
     t = trace(f, torch.randn(4, 4))
     db = AliasDb.from_graph(t.graph)
     x = t["x_1"]
-    views = [t.ops(aten.view.default)[0], t.ops(aten.t.default)[0], t.ops(aten.slice.Tensor)[0], t.ops(aten.expand.default)[0]]
+    views = [
+        t.ops(aten.view.default)[0],
+        t.ops(aten.t.default)[0],
+        t.ops(aten.slice.Tensor)[0],
+        t.ops(aten.expand.default)[0],
+    ]
     fresh = t.ops(aten.add.Tensor)[0]
     for view in views:
         assert db.may_alias(view, x)
@@ -161,6 +165,13 @@ def test_unknown_python_call_is_a_wildcard():
     assert db.has_writers(x) and not db.has_writers(y) and not db.has_writers(z)
     assert db.escaped() == db.value_facts(x).locs
     assert db.can_move_before(add, call)
+
+
+def test_without_input_aliasing_inputs_may_be_anything_an_unknown_call_reaches():
+    graph, x, y, z, call, add = _graph_with_python_call(_opaque)
+    db = AliasDb.from_graph(graph)
+    assert db.may_alias(call, y) and db.writes_to(call, z)
+    assert not db.can_move_before(add, call)
 
 
 def test_call_module_and_get_attr_are_wildcards():

@@ -9,11 +9,10 @@ import operator
 from collections.abc import Mapping
 from typing import Any
 
+import conveyor
 import pytest
 import torch
 import torch.fx
-
-import conveyor
 from conveyor import CompiledFn, Request, StageSpec
 from conveyor.testing import check
 from conveyor_alias_db import AliasDb, group_of, input_aliasing

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conveyor_alias_db import AliasDb
 
 aten = torch.ops.aten

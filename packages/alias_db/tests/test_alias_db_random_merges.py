@@ -11,10 +11,9 @@ from typing import Any
 
 import torch
 import torch.fx
+from conveyor_alias_db import AliasDb, group_of
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-
-from conveyor_alias_db import AliasDb, group_of
 
 aten = torch.ops.aten
 

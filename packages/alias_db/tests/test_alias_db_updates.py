@@ -7,7 +7,6 @@ import operator
 import pytest
 import torch
 import torch.fx
-
 from conveyor_alias_db import AliasDb, AliasDbMismatch, FusedGroup, group_of
 
 aten = torch.ops.aten

@@ -53,7 +53,7 @@ def snapshot(db: AliasDb) -> dict[torch.fx.Node, NodeSnapshot]:
 
 
 def _show(locs: CanonicalLocs) -> str:
-    shown = [loc if isinstance(loc, str) else "{" + ",".join(sorted(n.name for n in loc)) + "}" for loc in locs]
+    shown = [loc if isinstance(loc, str) else "{" + ",".join(sorted(n.name for n in loc)) + "}" for loc in locs]  # type: ignore[attr-defined]
     return "[" + " ".join(sorted(shown)) + "]"
 
 

@@ -65,8 +65,9 @@ class AliasDb:
 
         :param input_aliasing: groups of placeholder nodes; inputs in different
             groups never alias, two inputs of one group may. A tensor placeholder
-            in no group aliases no other input. ``None`` (the default): any two
-            inputs may alias.
+            in no group aliases no other input. ``None`` (the default): nothing is
+            known, every input may alias any other input, module state, and
+            whatever an unknown call returns (all live in ``WILDCARD``).
         :param verify_updates: rebuild and compare after every update (see
             ``conveyor_alias_db.debug``); ``None`` reads ``CONVEYOR_ALIAS_DB_VERIFY``.
         """
@@ -80,8 +81,9 @@ class AliasDb:
         inputs = [n for n in graph.nodes if n.op == "placeholder"]
         bindings: dict[torch.fx.Node, ValueFacts] = {}
         if groups is None:
-            shared = ValueFacts(frozenset({self._alloc.fresh()}))
-            return {n: shared if may_hold_tensor(n) else NON_TENSOR for n in inputs}
+            # nothing known: as in TorchScript, every input may be any memory the program can reach
+            anywhere = ValueFacts(frozenset({WILDCARD}))
+            return {n: anywhere if may_hold_tensor(n) else NON_TENSOR for n in inputs}
         for group in groups:
             shared = ValueFacts(frozenset({self._alloc.fresh()}))
             for node in group:
@@ -111,7 +113,12 @@ class AliasDb:
         inputs = group.placeholders()
         if len(inputs) != len(node.args) or node.kwargs:
             raise ValueError(f"group node {node.name!r} has {len(node.args)} inputs, its graph {len(inputs)}")
-        self._analyze(group.graph, {p: self.value_facts(a) for p, a in zip(inputs, node.args, strict=True)})
+        bindings = {}
+        for placeholder, outer in zip(inputs, node.args, strict=True):
+            if not isinstance(outer, torch.fx.Node):
+                raise ValueError(f"group node {node.name!r} takes a constant input {outer!r}")
+            bindings[placeholder] = self.value_facts(outer)
+        self._analyze(group.graph, bindings)
         value = ValueFacts.of_items(tuple(self.value_facts(v) for v in group.outputs()))
         return NodeFacts(value, self.group_effects(group))
 

@@ -53,9 +53,15 @@ class FusedGroup:
         """The inner graph's output node."""
         return self.graph.output_node()
 
-    def outputs(self) -> tuple[Any, ...]:
+    def outputs(self) -> tuple[torch.fx.Node, ...]:
         """The inner values the group returns, in output order."""
-        return tuple(self.output_node().args[0])
+        values = self.output_node().args[0]
+        if not isinstance(values, tuple):
+            raise ValueError(f"{self.__name__} does not return a tuple: {values!r}")
+        nodes = tuple(v for v in values if isinstance(v, torch.fx.Node))
+        if len(nodes) != len(values):
+            raise ValueError(f"{self.__name__} returns a constant: {values!r}")
+        return nodes
 
 
 def group_of(node: torch.fx.Node) -> FusedGroup | None:

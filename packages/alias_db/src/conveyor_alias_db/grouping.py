@@ -114,7 +114,7 @@ def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> 
     outputs = list(target.outputs())
     inputs = list(group.args)
     by_input = dict(zip(inputs, placeholders, strict=True))
-    by_output = {gi: outputs[gi.args[1]] for gi in group.users}
+    by_output = {gi: outputs[_element_index(gi)] for gi in group.users}
     last_placeholder = placeholders[-1] if placeholders else None
 
     def inner_value(outer: torch.fx.Node) -> torch.fx.Node:
@@ -176,10 +176,18 @@ def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> 
     target.changed()
 
 
+def _element_index(element: torch.fx.Node) -> int:
+    """The output index a user of a group node reads (every user is ``getitem(group, i)``)."""
+    index = element.args[1] if element.target is operator.getitem and len(element.args) == 2 else None
+    if not isinstance(index, int):
+        raise ValueError(f"{element.name!r} uses a fusion group other than by getitem(group, index)")
+    return index
+
+
 def _drop_unread_outputs(db: AliasDb, group: torch.fx.Node, outputs: list[torch.fx.Node]) -> None:
     """Remove the group outputs no ``getitem`` reads any more and renumber the rest."""
-    elements = {gi.args[1]: gi for gi in group.users}
-    kept = []
+    elements = {_element_index(gi): gi for gi in group.users}
+    kept: list[torch.fx.Node] = []
     for index, value in enumerate(outputs):
         element = elements.get(index)
         if element is not None and not element.users:

@@ -103,16 +103,22 @@ def _annotation(text: str) -> tuple[frozenset[str], bool]:
     return names, is_write
 
 
+def _matching_paren(text: str, open_paren: int) -> int:
+    """The index of the parenthesis that closes the one at ``open_paren``."""
+    depth = 0
+    for index in range(open_paren, len(text)):
+        depth += text[index] == "("
+        depth -= text[index] == ")"
+        if depth == 0:
+            return index
+    raise ValueError(f"unbalanced parentheses in {text!r}")
+
+
 def _schema_parts(schema: torch._C.FunctionSchema) -> tuple[list[str], list[str]]:
     """The texts of the arguments and of the returns of ``schema``."""
     text = str(schema)
     open_paren = text.index("(")
-    depth = 0
-    for close, ch in enumerate(text[open_paren:], start=open_paren):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0:
-            break
+    close = _matching_paren(text, open_paren)
     args = [a for a in _split_top_level(text[open_paren + 1 : close]) if a != "*"]
     rets = text[close + 1 :].split("->", 1)[1].strip()
     if rets.startswith("(") and rets.endswith(")"):

@@ -60,7 +60,12 @@ def may_hold_tensor(node: torch.fx.Node) -> bool:
 def _arg_locs(arg: Any, value_of: Callable[[torch.fx.Node], ValueFacts]) -> Locs:
     """Every location the FX nodes inside ``arg`` (a node, a list of nodes, ...) may live in."""
     found: list[Locs] = []
-    torch.fx.node.map_arg(arg, lambda n: found.append(value_of(n).locs) or n)
+
+    def visit(node: torch.fx.Node) -> torch.fx.Node:
+        found.append(value_of(node).locs)
+        return node
+
+    torch.fx.node.map_arg(arg, visit)
     return frozenset().union(*found)
 
 
