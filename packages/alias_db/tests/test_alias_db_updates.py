@@ -182,6 +182,25 @@ def test_merge_rejects_what_is_not_a_group_or_not_mergeable(program):
         db.merge_into_group(group, other)
 
 
+def test_merge_a_producer_into_a_group_without_inputs(trace):
+    def f():
+        a = torch.ones(3)
+        b = torch.rand(3)
+        return b * 2, a
+
+    t = trace(f)
+    db = AliasDb.from_graph(t.graph)
+    group = db.create_group(t.ops(aten.rand.default)[0])
+    db.merge_into_group(group, t.ops(aten.ones.default)[0])
+    inner = [n.target for n in group.target.graph.nodes if n.op == "call_function"]
+    assert inner == [aten.ones.default, aten.rand.default]
+    t.gm.recompile()
+    torch.manual_seed(0)
+    got = t.gm()
+    torch.manual_seed(0)
+    torch.testing.assert_close(got, f())
+
+
 def test_a_wildcard_call_inside_a_group_still_escapes():
     graph = torch.fx.Graph()
     x, y = graph.placeholder("x"), graph.placeholder("y")

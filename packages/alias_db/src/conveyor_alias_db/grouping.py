@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 def _check_mergeable(node: torch.fx.Node) -> None:
-    if node.op in ("placeholder", "output", "get_attr"):
+    if node.op not in ("call_function", "call_method"):
         raise ValueError(f"cannot put {node.op} node {node.name!r} into a fusion group")
     if group_of(node) is not None:
         raise ValueError(f"{node.name!r} is a fusion group itself; groups are not nested")
@@ -135,12 +135,11 @@ def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> 
         return by_input[outer]
 
     mapped = {n: inner_value(n) for n in node.all_input_nodes}
-    anchor = last_placeholder.next if before and last_placeholder is not None else None
-    if before:
-        where = inner.inserting_before(anchor if anchor is not None else target.output_node())
+    if before:  # first in the body, right after the placeholders
+        anchor = last_placeholder.next if last_placeholder is not None else next(iter(inner.nodes))
     else:
-        where = inner.inserting_before(target.output_node())
-    with where:
+        anchor = target.output_node()
+    with inner.inserting_before(anchor):
         copy = inner.node_copy(node, mapped.__getitem__)
     db._record(copy, _own_facts(db, node))
 
