@@ -91,3 +91,15 @@ def test_in_place_on_input_aliasing_a_view_of_another(trace):
     mul_, total = t.ops(aten.mul_.Tensor)[0], t.ops(aten.sum.default)[0]
     assert db.writes_to(mul_, t["base_1"])
     assert not db.can_move_before(total, mul_)
+
+
+def test_move_before_and_after_move_only_when_allowed(chain):
+    t, db = chain
+    assert db.move_before(t["cos"], t["add"])
+    assert t["cos"].next is t["add"]
+    assert not db.move_after(t["add"], t["add_"])
+    assert t["add"].next is t["mul"]
+    assert db.move_after(t["add"], t["mul"])
+    assert t["mul"].next is t["add"]
+    t.graph.lint()
+    db.verify()

@@ -245,6 +245,24 @@ class AliasDb:
         """Whether ``node`` alone can move to just after ``anchor`` (see ``can_move_before``)."""
         return self._can_move(node, anchor, after=True)
 
+    def move_before(self, node: torch.fx.Node, anchor: torch.fx.Node) -> bool:
+        """Move ``node`` to just before ``anchor`` if ``can_move_before`` allows it;
+        return whether it moved. The analysis does not depend on the order of
+        nodes, so it needs no update."""
+        if not self.can_move_before(node, anchor):
+            return False
+        if node is not anchor:
+            anchor.prepend(node)
+        return True
+
+    def move_after(self, node: torch.fx.Node, anchor: torch.fx.Node) -> bool:
+        """Move ``node`` to just after ``anchor`` if ``can_move_after`` allows it; return whether it moved."""
+        if not self.can_move_after(node, anchor):
+            return False
+        if node is not anchor:
+            anchor.append(node)
+        return True
+
     def _can_move(self, node: torch.fx.Node, anchor: torch.fx.Node, *, after: bool) -> bool:
         if node.graph is not anchor.graph:
             raise ValueError(f"{node.name!r} and {anchor.name!r} are in different graphs")
