@@ -7,6 +7,9 @@ respect to the inputs that require grad, weighted by one tangent per output.
 ``make_fx`` traces below autograd, so the backward formulas' aten ops land in
 the same graph, after the forward's.
 
+A joint graph that writes is made functional (Note [Functional joint] in
+``functional_joint.py``).
+
 Every node the forward pass created is tagged (Note [Forward phase]): the
 ``save_eager`` partitioner saves exactly the forward values the backward
 formulas read, as eager autograd does.
@@ -23,10 +26,11 @@ import torch.fx
 from conveyor import Request, StageError, call_graph, retrace
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
+from conveyor_autograd.functional_joint import PHASE, functional_joint
 from conveyor_autograd.layout import InputIdx, OutputIdx
+from conveyor_autograd.rewrites import differentiable
 
 STAGE = "autograd"
-PHASE = "conveyor_autograd_forward"
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,19 @@ def _is_differentiable_dtype(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
 
 
+def fresh_leaves(inputs: Sequence[Any], fake_mode: Any) -> list[Any]:
+    """Note [Fresh primals]: a request's fake inputs may carry autograd history
+    from an outer stage's trace (an in-place op run on them while tracing
+    records a ``grad_fn``, which restoring their metadata does not undo).
+    Differentiating with respect to them would follow that stale history into
+    other inputs. The joint trace uses detached leaves with the same storage,
+    metadata and ``requires_grad`` instead."""
+    with fake_mode, torch.no_grad():
+        return [
+            t.detach().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t for t in inputs
+        ]
+
+
 def _same(t: Any) -> Any:
     return t
 
@@ -96,14 +113,15 @@ def _tag_forward_nodes() -> None:
 def trace_joint(request: Request) -> JointGraph | None:
     """Trace the joint program of ``request``; ``None`` when no output
     requires grad (there is nothing to differentiate)."""
-    graph = request.graph
+    graph = differentiable(request.graph)
     out_args = tuple(graph.graph.output_node().args[0])
     out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_args]
     candidates = [OutputIdx(k) for k, v in enumerate(out_vals) if _is_differentiable_dtype(v)]
     with request.fake_mode:
         tangent_fakes = [torch.empty(out_vals[k].shape, dtype=out_vals[k].dtype, device=out_vals[k].device) for k in candidates]
-    wrt = [InputIdx(i) for i, t in enumerate(request.inputs) if isinstance(t, torch.Tensor) and t.requires_grad]
-    n = len(request.inputs)
+    primal_fakes = fresh_leaves(request.inputs, request.fake_mode)
+    wrt = [InputIdx(i) for i, t in enumerate(primal_fakes) if isinstance(t, torch.Tensor) and t.requires_grad]
+    n = len(primal_fakes)
     found: dict[str, Any] = {}
 
     def joint(*flat: Any) -> tuple[Any, ...]:
@@ -128,9 +146,11 @@ def trace_joint(request: Request) -> JointGraph | None:
 
     # identity hooks shadow any the caller installed: they must not see fake tensors
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(_same, _same):
-        gm = retrace(joint, [*request.inputs, *tangent_fakes], request.fake_mode)
-    if not found["diff"]:
-        return None
+        gm = retrace(joint, [*primal_fakes, *tangent_fakes], request.fake_mode)
+        if not found["diff"]:
+            return None
+        if writing_node(gm.graph) is not None:  # Note [Functional joint]
+            gm = functional_joint(gm, [*primal_fakes, *tangent_fakes], request.fake_mode)
     bad = writing_node(gm.graph)
     if bad is not None:
         raise StageError(STAGE, f"the joint forward+backward graph writes with {bad.target}; cannot partition it")

@@ -1,0 +1,92 @@
+"""The functionalize and synthetic_base catalogues with requires_grad, through
+the full pipeline: the checker's gradient comparison (and, where an input is
+mutated, gradients with respect to the leaves behind the inputs; see Note
+[Gradients of mutated non-leaf inputs] in the functionalize tests).
+
+Note [Zero gradients]: ``x.zero_(); return y + 1`` gives ``x``'s leaf no
+gradient in eager (the loss never reaches it). Compiled, the zeroed ``x`` is
+an output of the same ``autograd.Function`` as ``y + 1``, so the backward
+reaches the leaf and gives it the zeros its formula computes (AOTAutograd does
+the same). The values agree; the checker accepts this, and so do these tests.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from autograd_helpers import pipeline
+from conveyor.testing import check
+
+PACKAGES = Path(__file__).resolve().parents[2]
+
+
+def _load(path: Path, name: str) -> ModuleType | None:
+    if not path.exists():
+        return None
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+functionalize_catalogue = _load(PACKAGES / "functionalize/tests/functionalize_catalogue.py", "functionalize_catalogue")
+functionalize_tests = _load(PACKAGES / "functionalize/tests/test_functionalize_catalogue.py", "autograd_functionalize_tests")
+synthetic_base_cases = _load(PACKAGES / "synthetic_base/tests/test_synthetic_base_cases.py", "autograd_synthetic_base_cases")
+synthetic_base_conftest = _load(PACKAGES / "synthetic_base/tests/conftest.py", "autograd_synthetic_base_conftest")
+
+
+def _functionalize_params() -> list[Any]:
+    if functionalize_catalogue is None or functionalize_tests is None:
+        return []
+    known = functionalize_tests.KNOWN_WRONG
+    return [
+        pytest.param(c, id=c.name, marks=[pytest.mark.xfail(strict=False, reason=known[c.name])] if c.name in known else [])
+        for c in functionalize_catalogue.CASES
+        if getattr(c, "grad_variant", getattr(c, "differentiable", True))  # eager has a backward for it
+    ]
+
+
+F_PARAMS = _functionalize_params()
+S_CASES = synthetic_base_cases.CASES if synthetic_base_cases else []
+#: synthetic_base cases the full pipeline gets wrong because of another stage
+#: (their owners' lists, read as they are; not strict: they get fixed there)
+S_KNOWN = {
+    name: reason
+    for (name, grad), reason in (synthetic_base_cases.KNOWN_INNER.items() if synthetic_base_cases else ())
+    if grad and not reason.startswith("autograd:")
+}
+
+
+@pytest.mark.skipif(not F_PARAMS, reason="the functionalize catalogue is not in this checkout")
+@pytest.mark.parametrize("case", F_PARAMS)
+def test_functionalize_catalogue(case: Any) -> None:
+    compile_with = pipeline("min_cut")
+    leaves = case.leaves(True)
+    result = check(case.fn, *case.inputs(leaves), compile=compile_with, check_grads=not case.mutated)
+    if case.mutated and not isinstance(result.eager_out, Exception):
+        expected = functionalize_tests.leaf_grads(case.fn, case, leaves)
+        got = functionalize_tests.leaf_grads(compile_with(case.fn), case, leaves)
+        for k, (e, g) in enumerate(zip(expected, got)):
+            if e is None:  # as the checker: zeros where eager has none (Note [Zero gradients])
+                assert g is None or not g.any(), f"gradient {k}: eager None, compiled {g}"
+                continue
+            assert g is not None, f"gradient {k}: eager {e}, compiled None"
+            torch.testing.assert_close(g, e, msg=lambda m, k=k: f"gradient {k}: {m}")
+
+
+@pytest.mark.skipif(not S_CASES, reason="the synthetic_base cases are not in this checkout")
+@pytest.mark.parametrize("case", S_CASES, ids=[c.name for c in S_CASES])
+def test_synthetic_base_catalogue(case: Any, request: pytest.FixtureRequest) -> None:
+    if case.name in S_KNOWN:
+        request.applymarker(pytest.mark.xfail(reason=S_KNOWN[case.name], strict=False))
+    compile = pipeline("min_cut")
+    synthetic_base_conftest.check_aliased(case.program, case.make_inputs, case.shape, True, compile)
