@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from conveyor import CompiledFn, Request, StageError
+from conveyor_alias_db import AliasDb, input_aliasing
 from conveyor_triton import interpreter
 from conveyor_triton.classify import writes
 from conveyor_triton.decompose import decompose
@@ -49,16 +50,19 @@ class TritonBackend:
             )
         interpreter.prepare({t.device for t in tensors}, STAGE)
         notes: list[str] = []
+        conflicts = None
         mutating = any(writes(n) for n in request.graph.graph.nodes if n.op == "call_function")
         if mutating:
             gm = request.graph
-            notes.append("graph writes to tensors: not decomposed; fusion stops at each write")
+            db = AliasDb.from_graph(gm.graph, input_aliasing(gm.graph, request.inputs))
+            conflicts = db.conflicts
+            notes.append("graph writes to tensors: not decomposed; kernels keep memory order (conveyor_alias_db)")
         elif options.get("decompose", True):
             gm, why = decompose(request)
             if why:
                 notes.append(why)
         else:
             gm = request.graph
-        program = lower(gm, _received_outputs(request), request.label, dict(options), notes)
+        program = lower(gm, _received_outputs(request), request.label, dict(options), notes, conflicts)
         request.graph.meta["conveyor_triton"] = program
         return program

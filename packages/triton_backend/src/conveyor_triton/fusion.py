@@ -11,9 +11,8 @@ free inside a group. A *row* group also has a reduction over the trailing
 along the trailing dimensions may feed a full node. Several reductions over
 the same rows share one group (softmax, layer norm and their backwards).
 
-Legality: groups never span a node that writes to memory (Note [Write
-barriers]), and joining a group never makes it depend on a step that depends
-on it (no cycles in the step graph).
+Legality: joining a group never makes it depend on a step that depends on it
+(no cycles in the step graph), and memory order is kept (Note [Write order]).
 
 Note [Permuted groups]: a reduction over leading dimensions (a bias or norm
 weight gradient sums over the batch) addresses its full values with the
@@ -23,15 +22,22 @@ has the same logical shape (no views), loads and stores go through the
 permuted sizes and strides, and row values keep the natural order of the kept
 dimensions.
 
-Note [Write barriers]: a graph that still contains mutation (functionalize
-disabled) is cut at each writing node into segments; every group lies in one
-segment and steps run segment by segment, so every read sees exactly the
-writes eager's would.
+Note [Write order]: a graph that still contains mutation (functionalize
+disabled) runs each writing node as an aten call, and the step graph gets an
+edge for every pair of a writer and a node that conflicts with it in memory
+(one writes what the other reads or writes), in program order: a conflicting
+node before the writer runs before it, one after runs after it. Whether two
+nodes conflict comes from ``conveyor_alias_db`` (the backend passes
+``AliasDb.conflicts``); views and aten calls always count as conflicting
+(a writer may change the metadata they read). A kernel may then hold nodes
+from both sides of a write that does not touch their memory, and never one
+that does, because that would be a cycle.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -60,7 +66,6 @@ class Group:
     """
 
     step: int
-    segment: int
     numel: int
     members: dict[torch.fx.Node, Kind] = field(default_factory=dict)
     reduce: int | None = None
@@ -79,7 +84,6 @@ class Step:
     kind: Literal["input", "group", "view", "aten"]
     node: torch.fx.Node | None
     group: Group | None
-    segment: int
     position: int
 
 
@@ -148,39 +152,62 @@ def _row_broadcast_ok(src: tuple[int, ...], dst: tuple[int, ...], reduced: tuple
 class Fuser:
     """Forms fusion groups over a decomposed graph, in one pass in graph order."""
 
-    def __init__(self, graph: torch.fx.Graph, classes: dict[torch.fx.Node, NodeClass]) -> None:
+    def __init__(
+        self,
+        graph: torch.fx.Graph,
+        classes: dict[torch.fx.Node, NodeClass],
+        conflicts: Callable[[torch.fx.Node, torch.fx.Node], bool] | None = None,
+    ) -> None:
+        """:param conflicts: ``(node, writer) -> bool`` (Note [Write order]);
+        default: everything conflicts with every writer."""
         self.classes = classes
+        self.conflicts = conflicts or (lambda node, writer: True)
         self.steps: list[Step] = []
         self.deps: list[set[int]] = []
         self.step_of: dict[torch.fx.Node, int] = {}
         self.group_of: dict[torch.fx.Node, Group] = {}
-        segment = 0
+        self.writers: list[torch.fx.Node] = []
+        earlier: list[torch.fx.Node] = []
         for position, node in enumerate(graph.nodes):
             if node.op == "output":
                 continue
             cls = classes.get(node)
             if cls is not None and cls.writes:
-                segment += 1
-                self._new_step("aten", node, segment, position)
-                segment += 1
-            elif node.op == "placeholder":
-                self._new_step("input", node, segment, position)
+                step = self._new_step("aten", node, position)
+                self.deps[step] |= {self.step_of[n] for n in earlier if self._conflict(n, node)}
+                self.deps[step] |= {self.step_of[w] for w in self.writers}
+                self.writers.append(node)
+                continue
+            if node.op == "placeholder":
+                self._new_step("input", node, position)
             elif node.op != "call_function":
-                self._new_step("aten", node, segment, position)
+                self._new_step("aten", node, position)
             elif cls.category == "pointwise":
-                self._pointwise(node, segment, position)
+                self._pointwise(node, position)
             elif cls.category == "reduction":
-                self._reduction(node, segment, position)
+                self._reduction(node, position)
             elif cls.category == "view":
-                self._view(node, segment, position)
+                self._view(node, position)
             else:
-                self._new_step("aten", node, segment, position)
+                self._new_step("aten", node, position)
+            if node.op != "placeholder":
+                earlier.append(node)
+
+    def _conflict(self, node: torch.fx.Node, writer: torch.fx.Node) -> bool:
+        cls = self.classes.get(node)
+        if cls is None or cls.category not in ("pointwise", "reduction"):
+            return True  # views, aten calls, get_attr: kept in program order around writes
+        return self.conflicts(node, writer)
+
+    def _order(self, node: torch.fx.Node) -> set[int]:
+        """Steps ``node`` must run after besides its data: writers it conflicts with."""
+        return {self.step_of[w] for w in self.writers if self._conflict(node, w)}
 
     # -- steps and their dependencies -------------------------------------
-    def _new_step(self, kind: str, node: torch.fx.Node, segment: int, position: int, group: Group | None = None) -> int:
+    def _new_step(self, kind: str, node: torch.fx.Node, position: int, group: Group | None = None) -> int:
         index = len(self.steps)
-        self.steps.append(Step(kind, node if group is None else None, group, segment, position))  # type: ignore[arg-type]
-        self.deps.append({self.step_of[a] for a in node.all_input_nodes})
+        self.steps.append(Step(kind, node if group is None else None, group, position))  # type: ignore[arg-type]
+        self.deps.append({self.step_of[a] for a in node.all_input_nodes} | self._order(node))
         self.step_of[node] = index
         return index
 
@@ -198,6 +225,7 @@ class Fuser:
     def _join(self, node: torch.fx.Node, group: Group, kind: Kind) -> bool:
         """Add ``node`` to ``group`` unless that would make a cycle."""
         outside = {self.step_of[a] for a in node.all_input_nodes if self.group_of.get(a) is not group}
+        outside |= self._order(node)
         if self._reaches(outside, group.step):
             return False
         group.members[node] = kind
@@ -207,30 +235,30 @@ class Fuser:
         self.group_of[node] = group
         return True
 
-    def _new_group(self, node: torch.fx.Node, kind: Kind, segment: int, position: int, numel: int) -> Group:
-        group = Group(step=len(self.steps), segment=segment, numel=numel)
-        self._new_step("group", node, segment, position, group)
+    def _new_group(self, node: torch.fx.Node, kind: Kind, position: int, numel: int) -> Group:
+        group = Group(step=len(self.steps), numel=numel)
+        self._new_step("group", node, position, group)
         group.members[node] = kind
         group.reads.update(node.all_input_nodes)
         self.group_of[node] = group
         return group
 
-    def _sharing(self, node: torch.fx.Node, segment: int, shape: tuple[int, ...]) -> list[Group]:
-        """Groups of this segment whose full values can have ``shape`` and that
+    def _sharing(self, node: torch.fx.Node, shape: tuple[int, ...]) -> list[Group]:
+        """Groups whose full values can have ``shape`` and that
         already read one of ``node``'s inputs (horizontal fusion: the read is
         shared), most recent first."""
         found = [
             g
-            for g in self._groups(segment)
+            for g in self._groups()
             if g.numel == math.prod(shape)
             and g.shape in (None, shape)
             and g.reads & set(node.all_input_nodes)
         ]
         return sorted(found, key=lambda g: -g.step)
 
-    def _groups(self, segment: int) -> list[Group]:
-        """This segment's groups, most recent first."""
-        return [s.group for s in reversed(self.steps) if s.group is not None and s.group.segment == segment]
+    def _groups(self) -> list[Group]:
+        """The groups so far, most recent first."""
+        return [s.group for s in reversed(self.steps) if s.group is not None]
 
     def _access(self, operand: torch.fx.Node, group: Group, node: torch.fx.Node, kind: Kind) -> bool:
         """Whether ``node`` (of ``kind`` in ``group``) may read member ``operand`` in place."""
@@ -241,17 +269,14 @@ class Fuser:
             return src == dst
         return src_kind == "row" and _row_broadcast_ok(src, dst, group.reduced)
 
-    def _internal(self, node: torch.fx.Node, segment: int) -> Group | None:
-        group = self.group_of.get(node)
-        return group if group is not None and group.segment == segment else None
 
     # -- one node of each category ------------------------------------------
-    def _pointwise(self, node: torch.fx.Node, segment: int, position: int) -> None:
+    def _pointwise(self, node: torch.fx.Node, position: int) -> None:
         reads = [node.args[i] for i in RULES[node.target].reads if i < len(node.args)]
         operands = [a for a in reads if isinstance(a, torch.fx.Node)]
         candidates: list[Group] = []
         for a in operands:
-            g = self._internal(a, segment)
+            g = self.group_of.get(a)
             if g is not None and g not in candidates:
                 candidates.append(g)
         for group in sorted(candidates, key=lambda g: -g.step):
@@ -269,19 +294,19 @@ class Fuser:
             if all(self._access(a, group, node, kind) for a in inside):
                 if self._join(node, group, kind):
                     return
-        for group in self._sharing(node, segment, _shape(node)):
+        for group in self._sharing(node, _shape(node)):
             inside = [a for a in operands if self.group_of.get(a) is group]
             if group not in candidates and all(self._access(a, group, node, "full") for a in inside):
                 if self._join(node, group, "full"):
                     return
-        for group in self._groups(segment):  # a per-row value next to a reduction reading the same input
+        for group in self._groups():  # a per-row value next to a reduction reading the same input
             if group.rows == _numel(node) != group.numel and group.reads & set(node.all_input_nodes):
                 inside = [a for a in operands if self.group_of.get(a) is group]
                 if all(self._access(a, group, node, "row") for a in inside) and self._join(node, group, "row"):
                     return
-        self._new_group(node, "full", segment, position, _numel(node))
+        self._new_group(node, "full", position, _numel(node))
 
-    def _reduction(self, node: torch.fx.Node, segment: int, position: int) -> None:
+    def _reduction(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]
         shape = _shape(source)  # type: ignore[arg-type]
         dims = reduction_dims(node)
@@ -289,20 +314,20 @@ class Fuser:
         trailing = dims == tuple(range(len(shape) - len(dims), len(shape)))
         perm = None if trailing else tuple(d for d in range(len(shape)) if d not in dims) + dims
         rows = _numel(node)
-        group = self._internal(source, segment)  # type: ignore[arg-type]
+        group = self.group_of.get(source)  # type: ignore[arg-type]
         if group is not None and group.members[source] == "full" and self._fits(group, shape, perm, reduce, rows):  # type: ignore[index]
             if self._join(node, group, "row"):
                 self._set_reduction(group, shape, perm, dims, reduce, rows)
                 return
         # read from outside: any group already reducing rows of this domain
         # takes it (one launch instead of two, reads shared or not)
-        domain = [g for g in self._groups(segment) if g.reduce is not None]
-        for shared in [*self._sharing(node, segment, shape), *domain]:
+        domain = [g for g in self._groups() if g.reduce is not None]
+        for shared in [*self._sharing(node, shape), *domain]:
             if shared is not group:
                 if self._fits(shared, shape, perm, reduce, rows) and self._join(node, shared, "row"):
                     self._set_reduction(shared, shape, perm, dims, reduce, rows)
                     return
-        group = self._new_group(node, "row", segment, position, math.prod(shape))
+        group = self._new_group(node, "row", position, math.prod(shape))
         self._set_reduction(group, shape, perm, dims, reduce, rows)
 
     @staticmethod
@@ -326,9 +351,9 @@ class Fuser:
         if perm is not None:
             group.perm, group.shape, group.reduced = perm, shape, tuple(perm[len(perm) - len(dims) :])
 
-    def _view(self, node: torch.fx.Node, segment: int, position: int) -> None:
+    def _view(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]
-        group = self._internal(source, segment) if isinstance(source, torch.fx.Node) else None
+        group = self.group_of.get(source) if isinstance(source, torch.fx.Node) else None
         if (
             group is not None
             and group.perm is None
@@ -338,11 +363,11 @@ class Fuser:
             and self._join(node, group, group.members[source])  # type: ignore[index]
         ):
             return
-        self._new_step("view", node, segment, position)
+        self._new_step("view", node, position)
 
     # -- the result -----------------------------------------------------------
     def order(self) -> list[int]:
-        """Steps in an order that respects data and segments (Note [Write barriers])."""
+        """Steps in program order as far as data and memory order (Note [Write order]) allow."""
         import heapq
 
         users: list[set[int]] = [set() for _ in self.steps]
@@ -350,16 +375,16 @@ class Fuser:
         for i, d in enumerate(self.deps):
             for j in d - {i}:
                 users[j].add(i)
-        ready = [(self.steps[i].segment, self.steps[i].position, i) for i, w in enumerate(waiting) if w == 0]
+        ready = [(self.steps[i].position, i) for i, w in enumerate(waiting) if w == 0]
         heapq.heapify(ready)
         out: list[int] = []
         while ready:
-            _, _, i = heapq.heappop(ready)
+            _, i = heapq.heappop(ready)
             out.append(i)
             for u in users[i]:
                 waiting[u] -= 1
                 if waiting[u] == 0:
-                    heapq.heappush(ready, (self.steps[u].segment, self.steps[u].position, u))
+                    heapq.heappush(ready, (self.steps[u].position, u))
         if len(out) != len(self.steps):
             raise AssertionError("fusion made a cycle in the step graph")
         return out

@@ -3,7 +3,7 @@ classify, fuse, decide what each kernel stores, generate the sources."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,17 +78,20 @@ def lower(
     label: str,
     options: dict[str, Any],
     notes: Sequence[str] = (),
+    conflicts: Callable[[torch.fx.Node, torch.fx.Node], bool] | None = None,
 ) -> Program:
     """Build the program for ``gm``.
 
     :param received_outputs: the fake output values of the graph the backend
         received, by output position (their strides are eager's).
+    :param conflicts: memory conflicts between a node and a writer (Note
+        [Write order] in ``conveyor_triton.fusion``); None: every node conflicts.
     """
     graph = gm.graph
     classes: dict[torch.fx.Node, NodeClass] = {
         n: classify(n) for n in graph.nodes if n.op == "call_function"
     }
-    fuser = Fuser(graph, classes)
+    fuser = Fuser(graph, classes, conflicts)
     output_node = next(n for n in graph.nodes if n.op == "output")
     outputs = list(output_node.args[0]) if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
     output_meta: dict[torch.fx.Node, Any] = {}
