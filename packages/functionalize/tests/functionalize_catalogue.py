@@ -151,6 +151,29 @@ def mutate_under_no_grad_then_read(x, y):
     return (x + y,)
 
 
+@case(S, S, mutated=(0,))
+def mutate_view_under_no_grad_then_read(x, y):
+    with torch.no_grad():
+        x[1:].mul_(2)
+    return (x * y,)
+
+
+@case(S)
+def intermediate_written_under_no_grad(x):
+    y = x * 2
+    with torch.no_grad():
+        y.add_(1)
+    return (y * 3,)
+
+
+@case(S)
+def intermediate_row_written_under_no_grad(x):
+    y = x * 2
+    with torch.no_grad():
+        y[0].add_(1)
+    return (y * 3,)
+
+
 # -- mutation through a view of an input ---------------------------------------
 
 

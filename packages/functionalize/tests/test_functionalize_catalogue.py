@@ -43,11 +43,14 @@ def leaf_grads(fn, case: Case, leaves: list[torch.Tensor]) -> list[torch.Tensor 
     return list(torch.autograd.grad(loss, leaves, allow_unused=True))
 
 
+_CORE_DETACHES_VIEWS = (
+    "core capture detaches a view taken under no_grad; eager's view still requires grad "
+    "(fails with functionalize disabled too)"
+)
 KNOWN_WRONG = {
-    "mutate_under_no_grad_then_read": "a value written under no_grad into an input that requires grad is "
-    "detached in the functional graph, so later reads pass no gradient to the input (eager passes the identity)",
-    "view_under_no_grad": "core capture detaches a view taken under no_grad; eager's view still requires grad "
-    "(fails with functionalize disabled too)",
+    "view_under_no_grad": _CORE_DETACHES_VIEWS,
+    "intermediate_row_written_under_no_grad": _CORE_DETACHES_VIEWS,
+    "mutate_view_under_no_grad_then_read": _CORE_DETACHES_VIEWS,
 }
 
 
@@ -204,10 +207,7 @@ class DecayInForward(torch.nn.Module):
     "fn",
     [
         update_leaf_under_no_grad,
-        pytest.param(
-            update_leaf_under_no_grad_then_read,
-            marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG["mutate_under_no_grad_then_read"]),
-        ),
+        update_leaf_under_no_grad_then_read,
         use_then_update_leaf_under_no_grad,
         DecayInForward(),
     ],

@@ -23,6 +23,8 @@ import torch.fx
 from conveyor import call_graph
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
+from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
+
 
 @dataclass(frozen=True)
 class FunctionalRun:
@@ -46,18 +48,23 @@ def from_functional(value: Any) -> Any:
     return torch._from_functional_tensor(value.elem)
 
 
-def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any]) -> FunctionalRun:
+def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], *, for_trace: bool = False) -> FunctionalRun:
     """Interpret ``graph`` on functional wrappers of ``inputs``.
 
     Call it under the fake mode of ``inputs`` (or inside a trace). The
     wrappers are synced before returning, so their mutation flags are final.
+
+    :param for_trace: also keep the autograd identity of tensors written under
+        ``no_grad`` (Note [No-grad writes keep autograd identity]); this adds
+        writes of its own, so the analysis, which reads mutation flags, runs
+        without it.
     """
     # Note [Disabling Functionalize TLS Above Python Functionalization] in torch:
     # the C++ functionalization key must not run above the Python mode.
     disable_above = torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
     with disable_above, FunctionalTensorMode():
         f_inputs = tuple(to_functional(v) for v in inputs)
-        outs = call_graph(graph, f_inputs)
+        outs = IdentityKeepingInterpreter(graph).run(*f_inputs) if for_trace else call_graph(graph, f_inputs)
         for f in f_inputs:
             if isinstance(f, FunctionalTensor):
                 torch._sync(f)

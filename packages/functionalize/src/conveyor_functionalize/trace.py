@@ -41,7 +41,7 @@ def trace_functional(
     """The functional graph of ``graph``, with outputs laid out by ``layout``."""
 
     def functional(*args: Any) -> tuple[Any, ...]:
-        run = run_functional(graph, args)
+        run = run_functional(graph, args, for_trace=True)
         outs = [from_functional(run.f_inputs[i]) for i in layout.updated_inputs]
         outs += [from_functional(run.f_outputs[k]) for k in layout.computed_outputs]
         outs += [from_functional(run.f_outputs[k]._base) for k in layout.intermediate_bases]
