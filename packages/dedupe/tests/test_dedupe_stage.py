@@ -136,3 +136,9 @@ def test_grad_mode_of_each_op_survives_the_retrace(dedupe_only: Callable[[Any], 
     graphs = {g.stage: g.graph for g in conveyor.last_graphs(compiled)}
     (add,) = [n for n in graphs["dedupe"].graph.nodes if n.target == torch.ops.aten.add_.Tensor]
     assert add.meta.get(GRAD_META) is False
+
+
+def test_called_under_no_grad_on_a_leaf(pipeline: Callable[[Any], Any]) -> None:
+    leaf = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        check(mutate_one_read_other, leaf, leaf, compile=pipeline, check_grads=False)

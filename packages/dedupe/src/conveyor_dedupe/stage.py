@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
 import torch.fx
 
 import conveyor
@@ -30,7 +31,8 @@ class Dedupe:
         if not mapping.has_duplicates:
             return Lowering.passthrough(request)
         inner_inputs = tuple(mapping.to_inner(request.inputs))
-        graph = conveyor.retrace(_expanding(request.graph, mapping), inner_inputs, request.fake_mode)
+        with torch.set_grad_enabled(request.grad_enabled):
+            graph = conveyor.retrace(_expanding(request.graph, mapping), inner_inputs, request.fake_mode)
         inner = request.replace(graph=graph, inputs=inner_inputs)
         return Lowering((inner,), lambda compiled: _deduping(compiled, mapping))
 

@@ -48,14 +48,15 @@ def _stand_in(v: Any, fake_mode: Any) -> Any:
     if not isinstance(v, torch.Tensor) or v.layout is not torch.strided:
         return v
     extent = v.storage_offset() + sum((s - 1) * st for s, st in zip(v.size(), v.stride())) + 1
-    with fake_mode:
-        storage = torch.empty(extent if v.numel() else v.storage_offset(), dtype=v.dtype, device=v.device)
-        if not v.requires_grad:
-            return storage.as_strided(v.size(), v.stride(), v.storage_offset())
-        if v.is_leaf:
-            with torch.no_grad():
-                return storage.as_strided(v.size(), v.stride(), v.storage_offset()).detach().requires_grad_()
-        return storage.requires_grad_().as_strided(v.size(), v.stride(), v.storage_offset())
+    with fake_mode, torch.enable_grad():
+        storage = torch.empty(max(extent, v.storage_offset()), dtype=v.dtype, device=v.device).untyped_storage()
+        t = torch.empty(0, dtype=v.dtype, device=v.device).set_(storage, v.storage_offset(), v.size(), v.stride())
+    if not v.requires_grad:
+        return t
+    if v.is_leaf:
+        return t.requires_grad_()
+    with fake_mode, torch.enable_grad():
+        return t.requires_grad_().as_strided(v.size(), v.stride(), v.storage_offset())
 
 
 def _with_placeholder_values(graph: torch.fx.GraphModule, values: Sequence[Any]) -> torch.fx.GraphModule:

@@ -33,6 +33,10 @@ class SyntheticBaseStage:
     """The stage implementation (``lower``)."""
 
     def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
+        with torch.set_grad_enabled(request.grad_enabled):  # trace as the program will run
+            return self._lower(request, options)
+
+    def _lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
         shared = shared_storages(request.inputs)
         if not shared:
             return Lowering.passthrough(request)
@@ -42,9 +46,9 @@ class SyntheticBaseStage:
             return Lowering.passthrough(request)
         mapping = BaseMap.place(len(request.inputs), bases)
         metadata_of = tuple(o for o in mapping.merged() if o in muts.metadata)
-        with request.fake_mode, torch.set_grad_enabled(request.grad_enabled):
-            inner_inputs = tuple(mapping.to_inner(request.inputs))
         returned: list[tuple[UserOutIdx, OuterIdx]] = []
+        with request.fake_mode:
+            inner_inputs = tuple(mapping.to_inner(request.inputs))
         graph = conveyor.retrace(
             _regenerating(request, mapping, metadata_of, returned), inner_inputs, request.fake_mode
         )
