@@ -4,13 +4,14 @@ Everything is decided at compile time into an :class:`EpiloguePlan` (tuples of
 small frozen records, concrete sizes and strides); the per-call path only
 indexes lists and calls the few tensor methods it must.
 
-Order (as in AOTAutograd's runtime wrapper): for each mutated input, storage
-swap (``set_``), then metadata (``as_strided_``), then data (``copy_``), on
-the caller's own input object. Then the outputs: computed ones come from the
-inner callable; outputs that are an input are that very object; views of an
-input, of a shared intermediate base or of another output are rebuilt with
-``as_strided`` from the real tensor they view, after the mutations, so they
-see the caller's storage exactly as eager's outputs do.
+Order (as in AOTAutograd's runtime wrapper): storage swaps (``set_``), then
+metadata (``as_strided_``), then data (``copy_``), on the caller's own input
+objects; a swap onto another input's storage comes last, after that input's
+own writes. Then the outputs: computed ones come from the inner callable;
+outputs that are an input are that very object; views of an input, of a
+shared intermediate base or of another output are rebuilt from the real
+tensor they view (``conveyor_functionalize.views``), after the mutations, so
+they see the caller's storage exactly as eager's outputs do.
 """
 
 from __future__ import annotations
