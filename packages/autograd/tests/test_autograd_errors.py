@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import conveyor
+import conveyor_autograd.plugin
 import pytest
 import torch
 from autograd_helpers import pipeline
 from conveyor import Plugins, StageError
-
-import conveyor_autograd.plugin
 
 
 def f(x):

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 from autograd_helpers import pipeline
 from conveyor.testing import check
-
 from conveyor_autograd.measure import saved_for_backward
 from conveyor_autograd.ops import is_random
 

@@ -114,11 +114,11 @@ def trace_joint(request: Request) -> JointGraph | None:
     """Trace the joint program of ``request``; ``None`` when no output
     requires grad (there is nothing to differentiate)."""
     graph = differentiable(request.graph)
-    out_args = tuple(graph.graph.output_node().args[0])
-    out_vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_args]
+    out_args: Sequence[Any] = graph.graph.output_node().args[0]  # type: ignore[assignment]
+    out_vals: list[Any] = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out_args]
     candidates = [OutputIdx(k) for k, v in enumerate(out_vals) if _is_differentiable_dtype(v)]
-    with request.fake_mode:
-        tangent_fakes = [torch.empty(out_vals[k].shape, dtype=out_vals[k].dtype, device=out_vals[k].device) for k in candidates]
+    with request.fake_mode:  # contiguous tangents: the run time makes incoming gradients so
+        tangent_fakes = [torch.empty(v.shape, dtype=v.dtype, device=v.device) for v in (out_vals[k] for k in candidates)]
     primal_fakes = fresh_leaves(request.inputs, request.fake_mode)
     wrt = [InputIdx(i) for i, t in enumerate(primal_fakes) if isinstance(t, torch.Tensor) and t.requires_grad]
     n = len(primal_fakes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx
@@ -106,7 +107,7 @@ def split(joint: JointGraph, saved: Sequence[torch.fx.Node]) -> Split:
 def _subgraph(
     joint: JointGraph,
     inputs: Sequence[torch.fx.Node],
-    results: Sequence[object],
+    results: Sequence[Any],
     keep: Sequence[torch.fx.Node],
 ) -> torch.fx.GraphModule:
     """A graph with ``inputs`` as placeholders that computes ``results``
