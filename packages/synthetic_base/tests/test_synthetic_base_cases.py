@@ -196,6 +196,12 @@ def integer_aliases(a, b):
     return a + b[:1]
 
 
+def size_one_dims_with_steps(a, b, c):
+    a.add_(1)
+    c.add_(2)
+    return b * 3
+
+
 def everything_at_once(a, b, c, d):
     a.add_(1)
     d.t_()
@@ -239,6 +245,7 @@ CASES = [
     Case(empty_alias, lambda r: (r[0:3], r[2:2], r[2:5]), 2),
     Case(selects_on_different_dims, lambda r: (r[:, 1], r[1]), 1, (3, 4, 5)),
     Case(integer_aliases, lambda r: (lambda i: (i[0:3], i[2:5]))((r * 10).to(torch.int64)), 1, grad=False),
+    Case(size_one_dims_with_steps, lambda r: (r[:, 0::8], r[:, 0::8], r[:, 0:1]), 1),
     Case(everything_at_once, lambda r: (r[0:3], r[2:5], r[5:6], r[5:]), 3),
 ]
 

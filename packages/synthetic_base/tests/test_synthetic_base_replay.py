@@ -66,3 +66,10 @@ def test_strides_that_do_not_divide_use_stepped_slices() -> None:
     for v in (x[:, ::2], x[1:4, 1::3], x[:, ::2].t()):
         out = replay(x, v.size(), v.stride(), v.storage_offset())
         assert out is not None and torch.equal(out, v) and out.stride() == v.stride()
+
+
+def test_size_one_dims_keep_their_strides_only_when_asked() -> None:
+    v = X[:, 0::8]  # (6, 1), strides (8, 8): unsqueeze would give (8, 1)
+    assert replay(X, v.size(), v.stride(), v.storage_offset()) is None
+    out = replay(X, v.size(), v.stride(), v.storage_offset(), exact=False)
+    assert out is not None and torch.equal(out, v) and out.stride()[0] == 8

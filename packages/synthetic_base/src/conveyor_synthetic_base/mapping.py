@@ -31,26 +31,26 @@ class AliasView:
     The base keeps the caller's storage, so the storage offset is the
     input's own (absolute) offset. Fake inputs carry no recorded view
     functions to replay, so the view is rebuilt from the layout.
+    ``exact_strides`` is false when the strides of size-1 dims may differ:
+    only an input whose metadata the program changes hands its strides back
+    to the caller (Note [View ops, not as_strided, where they suffice]).
     """
 
     outer: OuterIdx
     size: tuple[int, ...]
     stride: tuple[int, ...]
     storage_offset: int
+    exact_strides: bool = True
 
     def __post_init__(self) -> None:
         if len(self.size) != len(self.stride) or self.storage_offset < 0:
             raise ValueError(f"AliasView: inconsistent layout {self}")
 
-    @staticmethod
-    def of(outer: OuterIdx, t: torch.Tensor) -> AliasView:
-        return AliasView(outer, tuple(t.size()), tuple(t.stride()), t.storage_offset())
-
     def regenerate(self, base: torch.Tensor) -> torch.Tensor:
         """View ops of the base where they reproduce the layout,
         ``as_strided`` otherwise (Note [View ops, not as_strided, where
         they suffice])."""
-        view = replay(base, self.size, self.stride, self.storage_offset)
+        view = replay(base, self.size, self.stride, self.storage_offset, exact=self.exact_strides)
         return view if view is not None else base.as_strided(self.size, self.stride, self.storage_offset)
 
 

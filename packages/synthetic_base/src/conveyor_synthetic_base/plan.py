@@ -115,7 +115,14 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
     for grp in merged:
         anchor, from_root, span, _ = _choose(s, grp, tight)
         aliases = tuple(
-            AliasView(s.members[i], layouts[i].size, layouts[i].stride, layouts[i].offset) for i in grp
+            AliasView(
+                s.members[i],
+                layouts[i].size,
+                layouts[i].stride,
+                layouts[i].offset,
+                exact_strides=s.members[i] in mutations.metadata,
+            )
+            for i in grp
         )
         bases.append(SyntheticBase(aliases, anchor, from_root, span))
     return bases

@@ -11,8 +11,10 @@ merged input is built from the base's flat elements as a slice of a dense
 *box*: narrow the flat base to a window of whole rows, view it with the
 input's strides (and their gcds), slice each dim with its step, select the
 position within the smallest stride, permute back, and re-add size-1 and
-broadcast dims. The result is checked against the input's layout;
-``as_strided`` is the fallback. A box needs its whole window inside the
+broadcast dims. The result is checked against the input's layout (the
+strides of size-1 dims only where the input's metadata is handed back to
+the caller: they address nothing else, and ``unsqueeze`` cannot choose
+them); ``as_strided`` is the fallback. A box needs its whole window inside the
 base, so the plan widens tight bases by up to a row (:func:`box_window`).
 """
 
@@ -119,9 +121,13 @@ def _cut(flat: torch.Tensor, size: Sequence[int], stride: Sequence[int], rel: in
     return view.permute(sorted(range(len(box.order)), key=lambda k: box.order[k][0]))
 
 
-def replay(base: torch.Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int) -> torch.Tensor | None:
+def replay(
+    base: torch.Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int, *, exact: bool = True
+) -> torch.Tensor | None:
     """The input with this layout as view ops of ``base`` (``None`` when
-    that does not reproduce the layout)."""
+    that does not reproduce the layout). With ``exact=False`` the strides of
+    size-1 dims may differ (they address no other element; view ops cannot
+    set them freely)."""
     if not base.is_contiguous() or math.prod(size) == 0:
         return None
     flat = base.view(-1) if base.dim() != 1 else base
@@ -141,6 +147,6 @@ def replay(base: torch.Tensor, size: Sequence[int], stride: Sequence[int], stora
     same = (
         tuple(view.size()) == tuple(size)
         and view.storage_offset() == storage_offset
-        and tuple(view.stride()) == tuple(stride)
+        and all(a == b for n, a, b in zip(size, view.stride(), stride) if exact or n != 1)
     )
     return view if same else None
