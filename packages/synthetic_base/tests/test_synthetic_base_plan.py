@@ -99,3 +99,9 @@ def test_map_invariants() -> None:
         BaseMap(2, (), ((InnerIdx(1), base),))  # inner positions skip 0
     with pytest.raises(ValueError, match="SyntheticBase"):
         SyntheticBase(base.aliases[:1], base.anchor, True, None)
+
+
+def test_a_permuted_common_tensor_is_not_the_base() -> None:
+    root = torch.empty_strided((6, 8), (1, 6))  # dense, not contiguous, no _base
+    (base,) = _plan([root, root[1:3]], data=[1])
+    assert base.from_root and base.span == (0, 48)

@@ -66,6 +66,16 @@ class Layout:
         return (start * self.itemsize, stop * self.itemsize)
 
     @property
+    def is_contiguous(self) -> bool:
+        """Row-major dense (size-1 dims aside)."""
+        expected = 1
+        for s, st in reversed(list(zip(self.size, self.stride))):
+            if s != 1 and st != expected:
+                return False
+            expected *= s
+        return True
+
+    @property
     def is_dense(self) -> bool:
         """Whether the elements cover their span exactly once."""
         dims = sorted((st, s) for s, st in zip(self.size, self.stride) if s != 1)

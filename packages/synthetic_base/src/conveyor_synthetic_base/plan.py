@@ -9,7 +9,7 @@ overlaps the base. Non-overlapping inputs, and overlapping ones that no one
 mutates, are left alone.
 
 The base is the tensor every merged input views (their common ``_base``)
-when that tensor is exactly the range they use; otherwise the smallest dense
+when that tensor is contiguous and exactly the range they use; otherwise the smallest dense
 1-D range of the storage holding them all, as a view of that common tensor
 (or of one member when they view no common tensor). A smaller base is a
 smaller write-back: the inner stages copy back the whole base when any
@@ -147,7 +147,7 @@ def _choose(
     from_root = len({s.roots[i] for i in grp}) == 1 and root.dtype == dtype
     if from_root:  # Note [View ops, not as_strided, where they suffice]
         start, stop = _widened(s, grp, start, stop, root.layout.elements)
-    if from_root and (not tight or (root.layout.is_dense and root.layout.elements == (start, stop))):
+    if from_root and (not tight or (root.layout.is_contiguous and root.layout.elements == (start, stop))):
         return s.members[grp[0]], True, None, root.layout
     if not from_root and any(s.tensors[i].requires_grad for i in grp):
         raise PlanError(
