@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from conveyor.cache import storage_groups
 
 from conveyor_synthetic_base.mapping import OuterIdx
 from conveyor_synthetic_base.overlap import Layout
@@ -63,22 +64,23 @@ def _root(t: torch.Tensor) -> torch.Tensor:
 
 
 def shared_storages(flat: Sequence[Any]) -> tuple[SharedStorage, ...]:
-    """The storages that two or more strided tensor inputs share."""
+    """The storages that two or more strided tensor inputs share (grouped
+    as the core's cache key groups them)."""
     by_storage: dict[int, list[OuterIdx]] = {}
-    for i, t in enumerate(flat):
-        if isinstance(t, torch.Tensor) and t.layout is torch.strided:
-            by_storage.setdefault(t.untyped_storage()._cdata, []).append(OuterIdx(i))
+    for i, first in enumerate(storage_groups(flat)):
+        if first >= 0:
+            by_storage.setdefault(first, []).append(OuterIdx(i))
     shared = []
     for members in by_storage.values():
         if len(members) < 2:
             continue
         roots = [_root(flat[m]) for m in members]
-        first = [next(j for j in range(len(members)) if roots[j] is r) for r in roots]
+        first_view = [next(j for j in range(len(members)) if roots[j] is r) for r in roots]
         shared.append(
             SharedStorage(
                 tuple(members),
                 tuple(TensorDesc.of(flat[m]) for m in members),
-                tuple(first),
+                tuple(first_view),
                 tuple(TensorDesc.of(r) for r in roots),
             )
         )
