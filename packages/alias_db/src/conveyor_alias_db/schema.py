@@ -21,7 +21,7 @@ _ANNOTATION = re.compile(r"Tensor\??\(([^)]*)\)")
 UNDECLARED_WRITES = {"aten::native_batch_norm": frozenset({"running_mean", "running_var"})}
 #: ops that change which storage a tensor uses (``a.set_(b)`` makes ``a`` alias ``b``)
 #: although their schema only says they write ``self``; analysed as unknown calls.
-STORAGE_SWAPPING_OPS = frozenset({"aten::set_", "aten::_set_", "aten::swap_tensors"})
+STORAGE_SWAPPING_OPS = frozenset({"aten::set_", "aten::set_data"})
 
 
 @dataclass(frozen=True)
