@@ -248,3 +248,28 @@ def test_bool_inputs() -> None:
         return (x.masked_fill(mask, 0.0), mask)
 
     check(f, torch.rand(4) > 0.5, torch.randn(4), compile=compile_eager)
+
+
+def test_dynamic_shapes_under_torch_compile() -> None:
+    """Views whose view ops take no symbolic argument are replayed on the real
+    input whatever its size; only this stage and the eager backend run."""
+
+    def f(x, y):
+        x.add_(1)
+        return (x.view(-1), x.t(), y[0], y * 2)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="conveyor", dynamic=True, options={"plugins": ["functionalize"], "backend": "eager"})
+    for n in (3, 5):
+        check(f, torch.randn(n, 4), torch.randn(n, 2), compile=lambda fn: compiled)
+    assert [g.stage for g in conveyor.last_graphs(compiled)] == ["capture", "functionalize", "eager"]
+
+
+def test_dynamic_shapes_refuse_a_view_that_needs_its_sizes() -> None:
+    def f(x):
+        return (x.as_strided((x.shape[0] - 1,), (1,), 1),)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="conveyor", dynamic=True, options={"plugins": ["functionalize"], "backend": "eager"})
+    with pytest.raises(Exception, match="functionalize.*output 0 has symbolic sizes"):
+        compiled(torch.randn(5))

@@ -9,7 +9,9 @@ same ops as eager's, with the same autograd node (``SliceBackward``, not
 time to land on the output's exact sizes, strides and offset when applied to
 the fake of what it views; otherwise, and for inputs whose own metadata the
 program changed (the sequence starts from their metadata on entry), the view
-is rebuilt with ``as_strided``.
+is rebuilt with ``as_strided``. Under symbolic shapes (dynamo's dynamic
+dims) only a replay whose view ops take no symbolic argument (``view(-1)``,
+``t()``, ``x[0]``, ``unbind``...) can rebuild a view; others are refused.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import torch
 from conveyor.errors import StageError
 from torch._C import _functionalization
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 STAGE = "functionalize"
 
@@ -45,27 +48,35 @@ class ViewRecipe:
     """How to rebuild one view from the real tensor it views.
 
     :ivar geometry: sizes, strides, and storage offset *relative to the viewed
-        tensor's own offset* (for ``as_strided``).
+        tensor's own offset* (for ``as_strided``); ``None`` under symbolic
+        shapes, where only a replay can rebuild the view.
     :ivar replay: the checked ``ViewMeta`` sequence, or ``None`` to use
         ``as_strided`` (Note [View replay]).
     :ivar detach: eager's view does not require grad though what it views may.
     """
 
-    geometry: Geometry
+    geometry: Geometry | None
     replay: tuple[Any, ...] | None
     detach: bool
+
+    def __post_init__(self) -> None:
+        if self.geometry is None and self.replay is None:
+            raise ValueError("ViewRecipe: needs a geometry or a replay")
 
     @staticmethod
     def of(view: Any, viewed: Any, what: str, *, requires_grad: bool, may_replay: bool) -> ViewRecipe:
         """The recipe for functional ``view`` of ``viewed`` (a functional or
         fake tensor)."""
-        sizes, strides, offset = concrete(view, what)
-        geometry = (sizes, strides, offset - concrete(viewed, what)[2])
-        replay = _checked_replay(view, _plain(viewed), (sizes, strides, offset)) if may_replay else None
+        expected = (tuple(view.size()), tuple(view.stride()), view.storage_offset())
+        replay = _checked_replay(view, _plain(viewed), expected) if may_replay else None
         if replay is None and view.dtype != viewed.dtype:  # as_strided cannot change the dtype
             raise StageError(
                 STAGE, f"{what} views a tensor of dtype {viewed.dtype} as {view.dtype} in a way that cannot be replayed"
             )
+        if replay is not None and not _is_concrete(expected):
+            return ViewRecipe(None, replay, not requires_grad)
+        sizes, strides, offset = concrete(view, what)
+        geometry = (sizes, strides, offset - concrete(viewed, what)[2])
         return ViewRecipe(geometry, replay, not requires_grad)
 
     def regenerate(self, viewed: torch.Tensor) -> torch.Tensor:
@@ -80,6 +91,19 @@ class ViewRecipe:
         return out
 
 
+def _is_concrete(geometry: Geometry) -> bool:
+    sizes, strides, offset = geometry
+    return all(type(v) is int for v in (*sizes, *strides, offset))
+
+
+def _same(a: Geometry, b: Geometry) -> bool:
+    """Equal sizes, strides and offset, also for symbolic ones (without guarding)."""
+    if len(a[0]) != len(b[0]):
+        return False
+    pairs = [*zip(a[0], b[0], strict=True), *zip(a[1], b[1], strict=True), (a[2], b[2])]
+    return all(statically_known_true(x == y) for x, y in pairs)
+
+
 def _checked_replay(view: Any, viewed_fake: torch.Tensor, expected: Geometry) -> tuple[Any, ...] | None:
     elem = getattr(view, "elem", None)
     if elem is None or not torch._is_functional_tensor(elem):
@@ -92,4 +116,4 @@ def _checked_replay(view: Any, viewed_fake: torch.Tensor, expected: Geometry) ->
     except Exception:  # a sequence that does not apply is a fallback, not an error
         return None
     got = (tuple(out.size()), tuple(out.stride()), out.storage_offset())
-    return tuple(sequence) if got == expected and out.dtype == view.dtype else None
+    return tuple(sequence) if _same(got, expected) and out.dtype == view.dtype else None
