@@ -97,7 +97,7 @@ def classify(node: torch.fx.Node) -> NodeClass:
     if writes(node):
         return NodeClass("fallback", "writes to an argument", writes=True)
     out = node.meta.get("val")
-    if node.target in ORDER_KEEPING_VIEWS or is_view(node):
+    if node.target in ORDER_KEEPING_VIEWS or is_view(node) or node.target is operator.getitem:
         return NodeClass("view")
     if node.target not in RULES and node.target not in REDUCTIONS:
         return NodeClass("fallback", f"no lowering for {node.target}")

@@ -14,6 +14,11 @@ the same rows share one group (softmax, layer norm and their backwards).
 Legality: joining a group never makes it depend on a step that depends on it
 (no cycles in the step graph), and memory order is kept (Note [Write order]).
 
+Note [Absorbed producers]: a pointwise node with no operand inside any group
+starts a group of its own; when its only user joins (or starts) another group,
+it moves there, so a chain like ``g * w`` feeding one consumer is not a kernel
+of its own.
+
 Note [Permuted groups]: a reduction over leading dimensions (a bias or norm
 weight gradient sums over the batch) addresses its full values with the
 dimensions permuted (kept ones first, reduced ones last), so the reduced
@@ -167,6 +172,7 @@ class Fuser:
         self.step_of: dict[torch.fx.Node, int] = {}
         self.group_of: dict[torch.fx.Node, Group] = {}
         self.writers: list[torch.fx.Node] = []
+        self.position: dict[torch.fx.Node, int] = {n: i for i, n in enumerate(graph.nodes)}
         earlier: list[torch.fx.Node] = []
         for position, node in enumerate(graph.nodes):
             if node.op == "output":
@@ -260,9 +266,13 @@ class Fuser:
         """The groups so far, most recent first."""
         return [s.group for s in reversed(self.steps) if s.group is not None]
 
-    def _access(self, operand: torch.fx.Node, group: Group, node: torch.fx.Node, kind: Kind) -> bool:
-        """Whether ``node`` (of ``kind`` in ``group``) may read member ``operand`` in place."""
-        src, src_kind, dst = _shape(operand), group.members[operand], _shape(node)
+    def _access(
+        self, operand: torch.fx.Node, group: Group, node: torch.fx.Node, kind: Kind, src_kind: Kind | None = None
+    ) -> bool:
+        """Whether ``node`` (of ``kind`` in ``group``) may read member ``operand``
+        (of ``src_kind``, default its kind in ``group``) in place."""
+        src, dst = _shape(operand), _shape(node)
+        src_kind = src_kind or group.members[operand]
         if group.perm is None:
             return access_ok(src, src_kind, dst, kind, group.reduce or 1)
         if src_kind == kind:
@@ -274,11 +284,20 @@ class Fuser:
     def _pointwise(self, node: torch.fx.Node, position: int) -> None:
         reads = [node.args[i] for i in RULES[node.target].reads if i < len(node.args)]
         operands = [a for a in reads if isinstance(a, torch.fx.Node)]
+        loose = [a for a in dict.fromkeys(operands) if self._loose(a, node)]
         candidates: list[Group] = []
         for a in operands:
             g = self.group_of.get(a)
-            if g is not None and g not in candidates:
+            if g is not None and g not in candidates and a not in loose:
                 candidates.append(g)
+        group = self._place(node, operands, candidates)
+        if group is None:
+            group = self._new_group(node, "full", position, _numel(node))
+        self._absorb(node, group, loose)
+
+    def _place(self, node: torch.fx.Node, operands: list[torch.fx.Node], candidates: list[Group]) -> Group | None:
+        """Join ``node`` to the first group that can take it: one holding an
+        operand, then one sharing a read; return it (None: no group could)."""
         for group in sorted(candidates, key=lambda g: -g.step):
             inside = [a for a in operands if self.group_of.get(a) is group]
             any_full = any(group.members[a] == "full" for a in inside)
@@ -291,20 +310,60 @@ class Fuser:
                 continue
             if _numel(node) != (group.numel if kind == "full" else group.rows):
                 continue
-            if all(self._access(a, group, node, kind) for a in inside):
-                if self._join(node, group, kind):
-                    return
+            if all(self._access(a, group, node, kind) for a in inside) and self._join(node, group, kind):
+                return group
         for group in self._sharing(node, _shape(node)):
             inside = [a for a in operands if self.group_of.get(a) is group]
             if group not in candidates and all(self._access(a, group, node, "full") for a in inside):
                 if self._join(node, group, "full"):
-                    return
+                    return group
         for group in self._groups():  # a per-row value next to a reduction reading the same input
             if group.rows == _numel(node) != group.numel and group.reads & set(node.all_input_nodes):
                 inside = [a for a in operands if self.group_of.get(a) is group]
                 if all(self._access(a, group, node, "row") for a in inside) and self._join(node, group, "row"):
-                    return
-        self._new_group(node, "full", position, _numel(node))
+                    return group
+        return None
+
+    def _loose(self, operand: torch.fx.Node, user: torch.fx.Node) -> bool:
+        """Whether ``operand`` is a pointwise node alone in its group, used only
+        by ``user``: it can move into ``user``'s group (Note [Absorbed producers])."""
+        group = self.group_of.get(operand)
+        return (
+            group is not None
+            and list(group.members) == [operand]
+            and group.reduce is None
+            and operand.target in RULES
+            and list(operand.users) == [user]
+        )
+
+    def _absorb(self, node: torch.fx.Node, group: Group, loose: list[torch.fx.Node]) -> None:
+        """Move each loose operand of ``node`` into ``group`` where it fits."""
+        kind = group.members[node]
+        for a in loose:
+            alone = self.group_of[a]
+            if alone is group:
+                continue
+            if _numel(a) == _numel(node):
+                a_kind: Kind = kind
+            elif kind == "full" and group.rows is not None and _numel(a) == group.rows:
+                a_kind = "row"
+            else:
+                continue
+            if a_kind == "full" and group.shape not in (None, _shape(a)):
+                continue
+            if not self._access(a, group, node, kind, a_kind) or self._reaches(self.deps[alone.step], group.step):
+                continue
+            if any(alone.step in d for i, d in enumerate(self.deps) if i != group.step):
+                continue  # a writer must run after it (Note [Write order])
+            self.deps[group.step] = (self.deps[group.step] | self.deps[alone.step]) - {alone.step}
+            self.deps[alone.step] = set()
+            alone.members.clear()
+            alone.reads.clear()
+            group.members[a] = a_kind
+            group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
+            group.reads.update(a.all_input_nodes)
+            self.group_of[a] = group
+            self.step_of[a] = group.step
 
     def _reduction(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]
