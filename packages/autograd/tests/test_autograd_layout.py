@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from conveyor import Request, retrace
-from torch._subclasses.fake_tensor import FakeTensorMode
-
 from conveyor_autograd import AutogradLayout, InputIdx, OutputIdx, min_cut, save_eager, split, trace_joint
 from conveyor_autograd.ops import is_view
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 
 def layout(**changes) -> AutogradLayout:
