@@ -33,7 +33,6 @@ from typing import Any
 import conveyor
 import torch
 import torch._dynamo
-
 from conveyor_autograd.measure import SavedForBackward, saved_for_backward
 
 D_MODEL, HEADS, FF, BATCH, SEQ = 256, 4, 1024, 8, 64
