@@ -1,6 +1,7 @@
-"""Random merges on random graphs with mutations: after every step the analysis
-updated in place equals a rebuild (the check is on), and at the end the grouped
-graph computes what the original did, mutations of aliased inputs included."""
+"""Random merges (and moves) on random graphs with mutations: after every step
+the analysis updated in place equals a rebuild (the check is on), and at the
+end the rewritten graph computes what the original did, mutations of aliased
+inputs included."""
 
 from __future__ import annotations
 
@@ -148,7 +149,7 @@ def _neighbours(node: torch.fx.Node, distance: int = 3) -> list[torch.fx.Node]:
     return found
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs(), data=st.data(), precise_inputs=st.booleans())
 def test_random_merges_keep_the_analysis_and_the_results(program: Program, data: st.DataObject, precise_inputs: bool):
     reference, _ = program.build()
@@ -167,7 +168,15 @@ def test_random_merges_keep_the_analysis_and_the_results(program: Program, data:
         ]
         if not candidates:
             break
-        if not groups or data.draw(st.booleans(), label="new group"):
+        action = data.draw(st.sampled_from(["group", "merge", "move"]), label="action")
+        if action == "move":
+            node = data.draw(st.sampled_from(candidates), label="node")
+            anchor = data.draw(st.sampled_from([n for n in gm.graph.nodes if n.op != "root"]), label="anchor")
+            after = data.draw(st.booleans(), label="after")
+            moved = db.move_after(node, anchor) if after else db.move_before(node, anchor)
+            event("moved" if moved else "move refused")
+            continue
+        if not groups or action == "group":
             groups.append(db.create_group(data.draw(st.sampled_from(candidates), label="node")))
             continue
         group = data.draw(st.sampled_from(groups), label="group")
