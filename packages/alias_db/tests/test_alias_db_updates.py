@@ -235,3 +235,13 @@ def test_updates_are_not_checked_when_the_switch_is_off(program, monkeypatch):
     db.create_value(view)  # wrong, but unchecked
     with pytest.raises(AliasDbMismatch):
         db.verify()
+
+
+def test_a_group_of_an_unread_in_place_op_keeps_its_write(program):
+    t, db = program
+    add_ = t["add_"]  # y.add_(1): its result is not read
+    assert not add_.users
+    group = db.create_group(add_)
+    assert not group.users and group.target.outputs() == ()
+    assert db.writes_to(group, t["y_1"]) and db.has_writers(t["y_1"])
+    _same_as_eager(t.gm)

@@ -56,20 +56,24 @@ def create_group(db: AliasDb, node: torch.fx.Node, name: str) -> torch.fx.Node:
         db._record(placeholder, NodeFacts(db.value_facts(outer_input)))
     copy = inner.node_copy(node, mapping.__getitem__)
     db._record(copy, _own_facts(db, node))
-    out = inner.output((copy,))
+    outputs = (copy,) if node.users else ()  # as in a merge: only values read outside
+    out = inner.output(outputs)
     db._record(out, node_facts(out, db.value_facts, db._alloc))
 
     target = FusedGroup(inner, name)
     graph = node.graph
     with graph.inserting_before(node):
         group = graph.call_function(target, tuple(node.all_input_nodes))
-        element = graph.call_function(operator.getitem, (group, 0))
+    db._record(group, NodeFacts(ValueFacts.of_items(tuple(db.value_facts(o) for o in outputs)), db.effects(node)))
     if "val" in node.meta:
-        group.meta["val"] = (_val(node),)
-        element.meta["val"] = _val(node)
-    db._record(group, NodeFacts(ValueFacts.of_items((db.value_facts(node),)), db.effects(node)))
-    db._record(element, NodeFacts(db.value_facts(node)))
-    node.replace_all_uses_with(element)
+        group.meta["val"] = tuple(_val(o) for o in outputs)
+    if outputs:
+        with graph.inserting_before(node):
+            element = graph.call_function(operator.getitem, (group, 0))
+        if "val" in node.meta:
+            element.meta["val"] = _val(node)
+        db._record(element, NodeFacts(db.value_facts(node)))
+        node.replace_all_uses_with(element)
     graph.erase_node(node)
     db._forget(node)
     return group
@@ -189,11 +193,12 @@ def _drop_unread_outputs(db: AliasDb, group: torch.fx.Node, outputs: list[torch.
     kept: list[torch.fx.Node] = []
     for index, value in enumerate(outputs):
         element = elements.get(index)
-        if element is not None and not element.users:
-            group.graph.erase_node(element)
-            db._forget(element)
+        if element is None or not element.users:
+            if element is not None:
+                group.graph.erase_node(element)
+                db._forget(element)
             continue
-        if element is not None and element.args[1] != len(kept):
+        if element.args[1] != len(kept):
             element.args = (group, len(kept))
         kept.append(value)
     outputs[:] = kept
