@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import call_graph
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 
 from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
@@ -62,7 +63,9 @@ def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], *, for_tr
     # Note [Disabling Functionalize TLS Above Python Functionalization] in torch:
     # the C++ functionalization key must not run above the Python mode.
     disable_above = torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
-    with disable_above, FunctionalTensorMode():
+    # the Python dispatcher lets Python decompositions (e.g. torch._refs.clamp)
+    # see SymInts under symbolic shapes, as make_fx and AOTAutograd enable it
+    with disable_above, enable_python_dispatcher(), FunctionalTensorMode():
         f_inputs = tuple(to_functional(v) for v in inputs)
         outs = IdentityKeepingInterpreter(graph).run(*f_inputs) if for_trace else call_graph(graph, f_inputs)
         for f in f_inputs:
