@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
 import conveyor
+import torch
 from conveyor import Plugins
+from torch.profiler import ProfilerActivity, profile
 
 STAGES = ("dedupe", "synthetic_base", "functionalize", "autograd")
 
@@ -53,12 +52,21 @@ def both_mutated(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 CASES: dict[str, tuple[Callable[..., Any], Callable[[torch.Tensor], tuple[torch.Tensor, ...]], tuple[int, ...]]] = {
     "1-D base of 2^20 floats, a = x[100:110], b = x[105:120], a mutated": (
-        one_mutated, lambda x: (x[100:110], x[105:120]), (1 << 20,)),
+        one_mutated,
+        lambda x: (x[100:110], x[105:120]),
+        (1 << 20,),
+    ),
     "same, both mutated": (both_mutated, lambda x: (x[100:110], x[105:120]), (1 << 20,)),
     "1024x1024 base, a = x[500], b = x[500, 10:20], both mutated": (
-        both_mutated, lambda x: (x[500], x[500, 10:20]), (1024, 1024)),
+        both_mutated,
+        lambda x: (x[500], x[500, 10:20]),
+        (1024, 1024),
+    ),
     "1024x1024 base, a = x[:, 10:20], b = x[:, 15:30], both mutated": (
-        both_mutated, lambda x: (x[:, 10:20], x[:, 15:30]), (1024, 1024)),
+        both_mutated,
+        lambda x: (x[:, 10:20], x[:, 15:30]),
+        (1024, 1024),
+    ),
 }
 
 
@@ -99,7 +107,11 @@ def main() -> None:
     for name, (fn, make, shape) in CASES.items():
         for grad in (False, True):
             print(f"{name}{', requires_grad' if grad else ''}")
-            for label, compile in (("conveyor", ours), ("conveyor tight=False", whole_base), ("pytorch aot_eager", pytorch)):
+            for label, compile in (
+                ("conveyor", ours),
+                ("conveyor tight=False", whole_base),
+                ("pytorch aot_eager", pytorch),
+            ):
                 print(f"  {label:<22}{measure(compile, fn, make, shape, grad)}")
 
 

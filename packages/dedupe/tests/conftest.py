@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 import conveyor
 import conveyor_dedupe.plugin
+import pytest
 from conveyor import Plugins
 
 

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from conveyor_dedupe import DedupeMap, InnerIdx, OuterIdx, first_positions
 
 

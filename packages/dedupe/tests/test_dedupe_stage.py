@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import conveyor
 import pytest
 import torch
-
-import conveyor
 from conveyor.testing import check
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import pytest
-import torch
-import torch.utils._pytree as pytree
-
 import conveyor
 import conveyor_dedupe.plugin
 import conveyor_synthetic_base.plugin
+import pytest
+import torch
+import torch.utils._pytree as pytree
 from conveyor import Plugins
 from conveyor.testing import check
 

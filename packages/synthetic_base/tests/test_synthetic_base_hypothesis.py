@@ -14,7 +14,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-
 View = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -41,7 +40,9 @@ def views(draw: Any, rows: int, cols: int) -> tuple[str, View]:
         step = draw(st.integers(1, 3))
         n = draw(st.integers(1, (rows * cols - 1) // step + 1))
         off = draw(st.integers(0, rows * cols - 1 - (n - 1) * step))
-        return f"r.as_strided(({n},), ({step},), {off})", lambda r: r.as_strided((n,), (step,), r.storage_offset() + off)
+        return f"r.as_strided(({n},), ({step},), {off})", lambda r: r.as_strided(
+            (n,), (step,), r.storage_offset() + off
+        )
     return "r", lambda r: r
 
 
@@ -77,7 +78,9 @@ def _program(ops: list[tuple[int, str]]) -> Callable[..., Any]:
     return program
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(programs())
 def test_random_aliasing_matches_eager(stages_only: Any, check_aliased: Any, example: Any) -> None:
     shape, inputs, ops, requires_grad = example

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conveyor_synthetic_base import Layout, overlaps
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conveyor_synthetic_base import Layout, overlaps
 
 
 def _bytes(t: torch.Tensor) -> set[int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conveyor_synthetic_base import AliasView, BaseMap, InnerIdx, Mutations, OuterIdx, PlanError, SyntheticBase, plan
 from conveyor_synthetic_base.sharing import shared_storages
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conveyor_synthetic_base.replay import box_window, replay
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conveyor_synthetic_base.replay import box_window, replay
 
 X = torch.arange(48.0).view(6, 8)
 VIEWS = {

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import conveyor
 import pytest
 import torch
-
-import conveyor
 from conveyor.testing import check
 
 

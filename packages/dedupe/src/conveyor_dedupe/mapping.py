@@ -52,9 +52,9 @@ class DedupeMap:
         for inner, outer in enumerate(self.kept):
             if not 0 <= outer < len(self.inner_of) or self.inner_of[outer] != inner:
                 raise ValueError(f"DedupeMap: inner {inner} is kept from outer {outer}, which maps elsewhere")
-        for outer, inner in enumerate(self.inner_of):
-            if not 0 <= inner < len(self.kept) or self.kept[inner] > outer:
-                raise ValueError(f"DedupeMap: outer {outer} maps to inner {inner}, not an earlier kept argument")
+        for position, inner in enumerate(self.inner_of):
+            if not 0 <= inner < len(self.kept) or self.kept[inner] > position:
+                raise ValueError(f"DedupeMap: outer {position} maps to inner {inner}, not an earlier kept argument")
 
     @staticmethod
     def from_first_positions(first: Sequence[OuterIdx]) -> DedupeMap:
@@ -71,9 +71,7 @@ class DedupeMap:
     def duplicates(self) -> tuple[tuple[OuterIdx, OuterIdx], ...]:
         """``(duplicate, first occurrence)`` for every outer position that
         repeats an earlier one."""
-        return tuple(
-            (OuterIdx(o), self.kept[i]) for o, i in enumerate(self.inner_of) if self.kept[i] != o
-        )
+        return tuple((OuterIdx(o), self.kept[i]) for o, i in enumerate(self.inner_of) if self.kept[i] != o)
 
     def to_inner(self, outer: Sequence[T]) -> list[T]:
         """The inner arguments from the outer ones (drops the repeats)."""

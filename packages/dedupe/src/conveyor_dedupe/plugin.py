@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import conveyor
 from conveyor import StageSpec
+
 from conveyor_dedupe.stage import Dedupe, cache_key
 
 

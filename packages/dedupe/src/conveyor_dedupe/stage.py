@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import conveyor
 import torch
 import torch.fx
-
-import conveyor
 from conveyor import CompiledFn, Lowering, Request
+
 from conveyor_dedupe.mapping import DedupeMap, first_positions
 
 

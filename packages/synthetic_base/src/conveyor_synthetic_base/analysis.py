@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 import torch.fx
+from conveyor import Request
 from conveyor_functionalize import analyze
 
-from conveyor import Request
 from conveyor_synthetic_base.mapping import OuterIdx
 from conveyor_synthetic_base.plan import Mutations
 

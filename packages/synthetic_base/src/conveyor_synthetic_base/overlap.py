@@ -40,7 +40,10 @@ class Layout:
     @staticmethod
     def of(t: torch.Tensor) -> Layout:
         return Layout(
-            t.element_size(), tuple(int(s) for s in t.size()), tuple(int(s) for s in t.stride()), int(t.storage_offset())
+            t.element_size(),
+            tuple(int(s) for s in t.size()),
+            tuple(int(s) for s in t.stride()),
+            int(t.storage_offset()),
         )
 
     @staticmethod

@@ -128,9 +128,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
     return bases
 
 
-def _choose(
-    s: SharedStorage, grp: list[int], tight: bool
-) -> tuple[OuterIdx, bool, tuple[int, int] | None, Layout]:
+def _choose(s: SharedStorage, grp: list[int], tight: bool) -> tuple[OuterIdx, bool, tuple[int, int] | None, Layout]:
     """The base of one group: ``(anchor, from_root, span, extent)``."""
     names = [int(s.members[i]) for i in grp]
     dtypes = {s.tensors[i].dtype for i in grp}

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import conveyor
 from conveyor import StageSpec
+
 from conveyor_synthetic_base.stage import SyntheticBaseStage, cache_key
 
 

@@ -131,14 +131,12 @@ def replay(
     if not base.is_contiguous() or math.prod(size) == 0:
         return None
     flat = base.view(-1) if base.dim() != 1 else base
-    rel = storage_offset - flat.storage_offset()
+    rel = storage_offset - int(flat.storage_offset())
     moving = _moving(size, stride)
-    if not moving:
-        view = flat[rel]
-    else:
-        view = _cut(flat, [size[d] for d in moving], [stride[d] for d in moving], rel)
-        if view is None:
-            return None
+    cut = _cut(flat, [size[d] for d in moving], [stride[d] for d in moving], rel) if moving else flat[rel]
+    if cut is None:
+        return None
+    view = cut
     for d in range(len(size)):
         if d not in moving:
             view = view.unsqueeze(d)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-
 import conveyor
+import torch
 from conveyor import CompiledFn, Lowering, Request
+
 from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
 from conveyor_synthetic_base.mapping import BaseMap, OuterIdx
@@ -74,9 +74,7 @@ def _regenerating(
     def program(*inner: Any) -> tuple[Any, ...]:
         outer = mapping.to_outer(inner)
         outs = conveyor.call_graph(request.graph, outer)
-        returned[:] = [
-            (UserOutIdx(k), o) for k, out in enumerate(outs) for o in merged if out is outer[o]
-        ]
+        returned[:] = [(UserOutIdx(k), o) for k, out in enumerate(outs) for o in merged if out is outer[o]]
         return (*outs, *(outer[o] for o in metadata_of))
 
     return program
