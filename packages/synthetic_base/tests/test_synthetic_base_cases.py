@@ -202,6 +202,13 @@ def size_one_dims_with_steps(a, b, c):
     return b * 3
 
 
+def everything_at_once_metadata_elsewhere(a, b, d):
+    a.add_(1)
+    d.t_()
+    t = b * 2
+    return a, b[1:], t, t.view(-1), d, b
+
+
 def everything_at_once(a, b, c, d):
     a.add_(1)
     d.t_()
@@ -246,6 +253,7 @@ CASES = [
     Case(selects_on_different_dims, lambda r: (r[:, 1], r[1]), 1, (3, 4, 5)),
     Case(integer_aliases, lambda r: (lambda i: (i[0:3], i[2:5]))((r * 10).to(torch.int64)), 1, grad=False),
     Case(size_one_dims_with_steps, lambda r: (r[:, 0::8], r[:, 0::8], r[:, 0:1]), 1),
+    Case(everything_at_once_metadata_elsewhere, lambda r: (r[0:3], r[2:5], (r * 3)[1:4]), 2),
     Case(everything_at_once, lambda r: (r[0:3], r[2:5], r[5:6], r[5:]), 3),
 ]
 
@@ -255,7 +263,6 @@ SHARED_BUT_DISJOINT = (
     "functionalize rejects inputs that share storage when one is mutated even when they do not "
     "overlap (conveyor_functionalize.analysis._check_no_mutated_aliases); synthetic_base leaves them apart"
 )
-NO_GRAD_MUTATION = "functionalize/autograd: an output computed after a no_grad mutation loses requires_grad"
 KNOWN_INNER = {
     ("disjoint_both_mutated", False): SHARED_BUT_DISJOINT,
     ("disjoint_both_mutated", True): SHARED_BUT_DISJOINT,
@@ -269,7 +276,6 @@ KNOWN_INNER = {
     ("empty_alias", True): SHARED_BUT_DISJOINT,
     ("everything_at_once", False): SHARED_BUT_DISJOINT,
     ("everything_at_once", True): SHARED_BUT_DISJOINT,
-    ("mutation_under_no_grad", True): NO_GRAD_MUTATION,
 }
 
 
