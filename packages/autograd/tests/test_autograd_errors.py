@@ -78,3 +78,15 @@ def test_in_place_graph_without_functionalize_is_a_stage_error(fresh_plugins: Pl
     # inference needs no joint graph: it passes through
     with torch.no_grad():
         torch.testing.assert_close(compiled(torch.ones(3)), torch.full((3,), 3.0))
+
+
+def test_changing_a_view_of_a_saved_result_fails_as_in_eager(compile_with) -> None:
+    def f(x):
+        return x.exp().view(-1)  # exp saves its result for backward
+
+    x = torch.randn(3, 4, requires_grad=True)
+    for fn in (f, compile_with(f)):
+        out = fn(x)
+        out.add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()

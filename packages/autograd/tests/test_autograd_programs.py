@@ -131,3 +131,19 @@ def test_backward_graph_is_introspectable(compile_with) -> None:
 def test_grad_of_some_inputs_only(compile_with) -> None:
     x, w, b = r(3, 4), r(4, 6, grad=False), r(6)
     check(matmul_relu, x, w, b, compile=compile_with)
+
+
+def test_outputs_viewing_intermediates_can_be_changed_in_place(compile_with) -> None:
+    def f(x):
+        return (x * 2).view(-1), (x * 3).t()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    grads = []
+    for fn in (f, compile_with(f)):
+        a, b = fn(x)
+        a.add_(1)
+        b.mul_(2)
+        (a.sum() + b.sum()).backward()
+        grads.append(x.grad)
+        x.grad = None
+    torch.testing.assert_close(grads[1], grads[0])

@@ -10,7 +10,9 @@ traced with contiguous tangents).
 
 Double backward (``create_graph=True`` and differentiating the gradients) is
 not supported: the gradients carry an error that is raised when they are
-differentiated, as ``once_differentiable`` does.
+differentiated, as ``once_differentiable`` does. Outputs that view an
+intermediate can be changed in place, as in eager (Note [Views of
+intermediates]).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class CompiledFunction(torch.autograd.Function):
         ctx.save_for_backward(*tensors)
         ctx.symbols = tuple(symbols)
         ctx.layout, ctx.bwd = layout, bwd
-        outs = tuple(user)
+        outs = tuple(_own_view(o, args) for o in user)
         ctx.mark_non_differentiable(*(outs[k] for k in layout.non_differentiable))
         return outs
 
@@ -53,6 +55,18 @@ class CompiledFunction(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True
             result = _poisoned(result)
         return (None, None, None, *result)
+
+
+def _own_view(out: Any, args: Sequence[Any]) -> Any:
+    """Note [Views of intermediates]: an ``autograd.Function`` output that is a
+    view forbids in-place changes ("a function that returns multiple views").
+    Eager allows them on a view of an intermediate, and so do we: such an
+    output leaves as ``detach()``, the same memory and version counter (a
+    later change of a saved base is still caught at backward) but not a view.
+    Views of inputs stay views (autograd rebases them onto the input)."""
+    if isinstance(out, torch.Tensor) and out._is_view() and not any(out._base is a for a in args):
+        return out.detach()
+    return out
 
 
 def _poisoned(grads: Sequence[Any]) -> list[Any]:
