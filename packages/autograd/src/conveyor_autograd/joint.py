@@ -64,11 +64,12 @@ class JointGraph:
             raise ValueError(f"JointGraph: {len(self.grads)} gradients for {len(self.grad_inputs)} inputs")
         if any(not isinstance(g, torch.fx.Node) for g in self.grads):
             raise ValueError("JointGraph: every gradient must be a graph value")
+        object.__setattr__(self, "_primal_set", frozenset(self.primals))
 
     def is_forward(self, node: torch.fx.Node) -> bool:
         """Note [Forward phase]: the node was created by the forward pass (or
         is a primal), not by a backward formula."""
-        return node in self.primals or bool(node.meta.get(PHASE, False))
+        return node in self._primal_set or bool(node.meta.get(PHASE, False))  # type: ignore[attr-defined]
 
 
 def writing_node(graph: torch.fx.Graph) -> torch.fx.Node | None:

@@ -42,9 +42,9 @@ def _cost(node: torch.fx.Node) -> float:
 
 
 def _tangent_dependent(joint: JointGraph) -> set[torch.fx.Node]:
-    out: set[torch.fx.Node] = set()
+    out: set[torch.fx.Node] = set(joint.tangents)
     for node in joint.gm.graph.nodes:
-        if node in joint.tangents or any(a in out for a in node.all_input_nodes):
+        if any(a in out for a in node.all_input_nodes):
             out.add(node)
     return out
 
@@ -61,7 +61,7 @@ def min_cut(joint: JointGraph) -> list[torch.fx.Node]:
         if node in backward_only:
             net.add_edge((node, "in"), SINK, capacity=math.inf)
             continue
-        if node in joint.primals or not is_recomputable(node):
+        if node.op == "placeholder" or not is_recomputable(node):
             net.add_edge(SOURCE, (node, "in"), capacity=math.inf)
         net.add_edge((node, "in"), (node, "out"), capacity=_cost(node))
         for user in node.users:
