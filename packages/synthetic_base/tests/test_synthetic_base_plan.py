@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conveyor_synthetic_base import AliasView, BaseMap, InnerIdx, Mutations, OuterIdx, PlanError, SyntheticBase, plan
+from conveyor_synthetic_base import (
+    AliasView,
+    BaseMap,
+    InnerIdx,
+    Layout,
+    Mutations,
+    OuterIdx,
+    PlanError,
+    SyntheticBase,
+    plan,
+)
 from conveyor_synthetic_base.sharing import shared_storages
 
 
@@ -30,21 +40,26 @@ def test_disjoint_inputs_stay_apart() -> None:
 def test_overlapping_group_with_a_data_mutation_is_merged() -> None:
     (base,) = _plan([X[0:3], X[2:5], torch.zeros(2)], data=[1])
     assert base.members == (0, 1)
-    assert base.from_root and base.span == (0, 40)
+    assert base.from_root and base.view == Layout(4, (5, 8), (8, 1), 0)  # rows 0-4
     assert base.aliases[1] == AliasView(OuterIdx(1), (3, 8), (8, 1), 16, exact_strides=False)
 
 
 def test_base_is_the_common_tensor_when_it_is_exactly_the_range() -> None:
     (base,) = _plan([X, X[1:3]], data=[1])
-    assert base.from_root and base.span is None
+    assert base.from_root and base.view is None
 
 
 def test_tight_base_versus_whole_common_tensor() -> None:
     big = torch.zeros(4096)
     (tight,) = _plan([big[100:110], big[105:120]], data=[0, 1])
-    assert tight.span == (100, 120)
+    assert tight.view == Layout.dense(4, 100, 120)
     (whole,) = _plan([big[100:110], big[105:120]], data=[0, 1], tight=False)
-    assert whole.span is None
+    assert whole.view is None
+
+
+def test_sub_boxes_get_their_bounding_box() -> None:
+    (base,) = _plan([X[:, 1:3], X[:, 2:6]], data=[0])
+    assert base.view == Layout(4, (6, 5), (8, 1), 1)  # 30 elements, where the range holds 45
 
 
 def test_base_takes_in_mutated_inputs_it_would_write_over() -> None:
@@ -103,4 +118,4 @@ def test_map_invariants() -> None:
 def test_a_permuted_common_tensor_is_not_the_base() -> None:
     root = torch.empty_strided((6, 8), (1, 6))  # dense, not contiguous, no _base
     (base,) = _plan([root, root[1:3]], data=[1])
-    assert base.from_root and base.span == (0, 48)
+    assert base.from_root and base.view == Layout.dense(4, 0, 48)

@@ -18,6 +18,7 @@ from typing import Any, NewType
 
 import torch
 
+from conveyor_synthetic_base.overlap import Layout
 from conveyor_synthetic_base.replay import replay
 
 OuterIdx = NewType("OuterIdx", int)
@@ -62,15 +63,15 @@ class SyntheticBase:
     :ivar anchor: the merged input the base is taken from at run time.
     :ivar from_root: take it from the anchor's ``_base`` (the tensor every
         merged input views) rather than from the anchor itself.
-    :ivar span: ``None``: the base is that tensor itself; ``(start, stop)``:
-        the base is its 1-D view of storage elements ``[start, stop)``, the
-        smallest dense range holding every merged input.
+    :ivar view: ``None``: the base is that tensor itself; otherwise the base
+        is its view with this layout (a dense 1-D range of the storage, or a
+        sub-box of that tensor), the smallest holding every merged input.
     """
 
     aliases: tuple[AliasView, ...]
     anchor: OuterIdx
     from_root: bool
-    span: tuple[int, int] | None
+    view: Layout | None
 
     def __post_init__(self) -> None:
         members = [a.outer for a in self.aliases]
@@ -78,8 +79,8 @@ class SyntheticBase:
             raise ValueError(f"SyntheticBase: needs two or more distinct increasing members, got {members}")
         if self.anchor not in members:
             raise ValueError(f"SyntheticBase: anchor {self.anchor} is not a member of {members}")
-        if self.span is not None and not 0 <= self.span[0] < self.span[1]:
-            raise ValueError(f"SyntheticBase: empty or negative span {self.span}")
+        if self.view is not None and self.view.numel == 0:
+            raise ValueError(f"SyntheticBase: empty base {self.view}")
 
     @property
     def members(self) -> tuple[OuterIdx, ...]:
@@ -90,10 +91,9 @@ class SyntheticBase:
         t = outer[self.anchor]
         if self.from_root and t._base is not None:
             t = t._base
-        if self.span is None:
+        if self.view is None:
             return t
-        start, stop = self.span
-        return t.as_strided((stop - start,), (1,), start)
+        return t.as_strided(self.view.size, self.view.stride, self.view.offset)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,11 @@ overlaps the base. Non-overlapping inputs, and overlapping ones that no one
 mutates, are left alone.
 
 The base is the tensor every merged input views (their common ``_base``)
-when that tensor is contiguous and exactly the range they use; otherwise the smallest dense
-1-D range of the storage holding them all, as a view of that common tensor
-(or of one member when they view no common tensor). A smaller base is a
+when that tensor is contiguous and exactly the range they use; otherwise the
+smaller of the dense 1-D range of the storage holding them all and, when
+each is a sub-box of that tensor (slices, steps, transposes), their bounding
+box in it, as a view of that tensor (or of one member when they view no
+common tensor: the range). A smaller base is a
 smaller write-back: the inner stages copy back the whole base when any
 merged input is mutated.
 """
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from conveyor_synthetic_base.mapping import AliasView, OuterIdx, SyntheticBase
 from conveyor_synthetic_base.overlap import Layout, overlaps
-from conveyor_synthetic_base.replay import box_window
+from conveyor_synthetic_base.replay import bounding_box, box_window
 from conveyor_synthetic_base.sharing import SharedStorage
 
 
@@ -113,7 +115,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
             break
     bases = []
     for grp in merged:
-        anchor, from_root, span, _ = _choose(s, grp, tight)
+        anchor, from_root, view, _ = _choose(s, grp, tight)
         aliases = tuple(
             AliasView(
                 s.members[i],
@@ -124,12 +126,12 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
             )
             for i in grp
         )
-        bases.append(SyntheticBase(aliases, anchor, from_root, span))
+        bases.append(SyntheticBase(aliases, anchor, from_root, view))
     return bases
 
 
-def _choose(s: SharedStorage, grp: list[int], tight: bool) -> tuple[OuterIdx, bool, tuple[int, int] | None, Layout]:
-    """The base of one group: ``(anchor, from_root, span, extent)``."""
+def _choose(s: SharedStorage, grp: list[int], tight: bool) -> tuple[OuterIdx, bool, Layout | None, Layout]:
+    """The base of one group: ``(anchor, from_root, view, extent)``."""
     names = [int(s.members[i]) for i in grp]
     dtypes = {s.tensors[i].dtype for i in grp}
     if len(dtypes) > 1:
@@ -138,21 +140,29 @@ def _choose(s: SharedStorage, grp: list[int], tight: bool) -> tuple[OuterIdx, bo
             f"{sorted(map(str, dtypes))}; a synthetic base has one dtype"
         )
     (dtype,) = dtypes
-    itemsize = s.tensors[grp[0]].layout.itemsize
-    start = min(s.tensors[i].layout.elements[0] for i in grp)
-    stop = max(s.tensors[i].layout.elements[1] for i in grp)
-    root = s.root_tensors[grp[0]]
-    from_root = len({s.roots[i] for i in grp}) == 1 and root.dtype == dtype
-    if from_root:  # Note [View ops, not as_strided, where they suffice]
-        start, stop = _widened(s, grp, start, stop, root.layout.elements)
-    if from_root and (not tight or (root.layout.is_contiguous and root.layout.elements == (start, stop))):
-        return s.members[grp[0]], True, None, root.layout
+    layouts = [s.tensors[i].layout for i in grp]
+    start = min(layout.elements[0] for layout in layouts)
+    stop = max(layout.elements[1] for layout in layouts)
+    root = s.root_tensors[grp[0]].layout
+    from_root = len({s.roots[i] for i in grp}) == 1 and s.root_tensors[grp[0]].dtype == dtype
     if not from_root and any(s.tensors[i].requires_grad for i in grp):
         raise PlanError(
             f"inputs {names} overlap, one is mutated and they require grad, but they are not views "
             "of one tensor of their dtype: no base can carry the gradients of each"
         )
-    return s.members[grp[0]], from_root, (start, stop), Layout.dense(itemsize, start, stop)
+    anchor = s.members[grp[0]]
+    if not from_root:
+        span = Layout.dense(layouts[0].itemsize, start, stop)
+        return anchor, False, span, span
+    if not tight:
+        return anchor, True, None, root
+    start, stop = _widened(s, grp, start, stop, root.elements)  # Note [View ops, not as_strided, where they suffice]
+    candidates: list[Layout | None] = [Layout.dense(layouts[0].itemsize, start, stop)]
+    if root.is_contiguous:
+        box = bounding_box(root, layouts)
+        candidates[:0] = [None] * (root.elements == (start, stop)) + [box] * (box is not None)
+    view = min(candidates, key=lambda c: root.numel if c is None else c.numel)  # first of the smallest
+    return anchor, True, view, root if view is None else view
 
 
 def _widened(s: SharedStorage, grp: list[int], start: int, stop: int, root: tuple[int, int]) -> tuple[int, int]:

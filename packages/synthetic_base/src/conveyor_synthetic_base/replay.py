@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from conveyor_synthetic_base.overlap import Layout
+
 
 @dataclass(frozen=True)
 class _Box:
@@ -121,6 +123,72 @@ def _cut(flat: torch.Tensor, size: Sequence[int], stride: Sequence[int], rel: in
     return view.permute(sorted(range(len(box.order)), key=lambda k: box.order[k][0]))
 
 
+Coord = tuple[int, int, int | None]  #: per base dim: (start index, step, member dim or None: a fixed index)
+
+
+def box_coords(base: Layout, member: Layout) -> tuple[Coord, ...] | None:
+    """Where ``member`` sits in ``base``, as one slice (or fixed index) per
+    base dim, when it is a sub-box of it (``None`` otherwise). ``base``
+    must not overlap itself, with each stride at least the extent of the
+    smaller ones."""
+    dims = sorted((k for k in range(len(base.size)) if base.size[k] > 1), key=lambda k: -base.stride[k])
+    if any(base.stride[a] < base.stride[b] * base.size[b] for a, b in zip(dims, dims[1:])):
+        return None
+    rel = member.offset - base.offset
+    start = [0] * len(base.size)
+    for k in dims:
+        start[k], rel = divmod(rel, base.stride[k]) if rel >= 0 else (-1, rel)
+        if not 0 <= start[k] < base.size[k]:
+            return None
+    if rel != 0:
+        return None
+    step: list[int] = [1] * len(base.size)
+    owner: list[int | None] = [None] * len(base.size)
+    for d, (n, t) in enumerate(zip(member.size, member.stride)):
+        if n == 1 or t == 0:
+            continue
+        fits = [
+            k
+            for k in dims
+            if owner[k] is None
+            and t % base.stride[k] == 0
+            and start[k] + (n - 1) * (t // base.stride[k]) < base.size[k]
+        ]
+        if not fits:
+            return None
+        k = fits[0]
+        owner[k], step[k] = d, t // base.stride[k]
+    return tuple((start[k], step[k], owner[k]) for k in range(len(base.size)))
+
+
+def bounding_box(base: Layout, members: Sequence[Layout]) -> Layout | None:
+    """The smallest sub-box of ``base`` holding every member (each must be a
+    sub-box of it)."""
+    coords = [box_coords(base, m) for m in members]
+    if any(c is None for c in coords):
+        return None
+    lo, hi = list(base.size), [0] * len(base.size)
+    for m, c in zip(members, coords):
+        assert c is not None
+        for k, (i, step, d) in enumerate(c):
+            last = i if d is None else i + (m.size[d] - 1) * step
+            lo[k], hi[k] = min(lo[k], i), max(hi[k], last + 1)
+    offset = base.offset + sum(lo_k * t for lo_k, t in zip(lo, base.stride))
+    return Layout(base.itemsize, tuple(h - low for low, h in zip(lo, hi)), base.stride, offset)
+
+
+def _sub_box(
+    base: torch.Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int
+) -> torch.Tensor | None:
+    """The moving dims of the layout as slices of ``base``, in order."""
+    coords = box_coords(Layout.of(base), Layout(base.element_size(), tuple(size), tuple(stride), storage_offset))
+    if coords is None:
+        return None
+    index = tuple(i if d is None else slice(i, i + (size[d] - 1) * step + 1, step) for i, step, d in coords)
+    owners = [d for _, _, d in coords if d is not None]
+    return base[index].permute(sorted(range(len(owners)), key=lambda j: owners[j]))
+
+
 def replay(
     base: torch.Tensor, size: Sequence[int], stride: Sequence[int], storage_offset: int, *, exact: bool = True
 ) -> torch.Tensor | None:
@@ -128,12 +196,15 @@ def replay(
     that does not reproduce the layout). With ``exact=False`` the strides of
     size-1 dims may differ (they address no other element; view ops cannot
     set them freely)."""
-    if not base.is_contiguous() or math.prod(size) == 0:
+    if math.prod(size) == 0:
         return None
-    flat = base.view(-1) if base.dim() != 1 else base
-    rel = storage_offset - int(flat.storage_offset())
     moving = _moving(size, stride)
-    cut = _cut(flat, [size[d] for d in moving], [stride[d] for d in moving], rel) if moving else flat[rel]
+    if base.is_contiguous():
+        flat = base.view(-1) if base.dim() != 1 else base
+        rel = storage_offset - int(flat.storage_offset())
+        cut = _cut(flat, [size[d] for d in moving], [stride[d] for d in moving], rel) if moving else flat[rel]
+    else:
+        cut = _sub_box(base, size, stride, storage_offset)
     if cut is None:
         return None
     view = cut
