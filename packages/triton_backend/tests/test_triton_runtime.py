@@ -1,0 +1,82 @@
+"""The kernel source cache, 64-bit indexing, the interpreter switch and the metrics."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import conveyor_triton
+from conveyor.testing import check
+from conveyor_triton import kernel_cache, metrics, program
+
+
+def _fn(x, y):
+    return torch.softmax(x * y, -1), (x + 1).sum(0)
+
+
+def test_sources_live_in_files_named_by_hash(triton_only, tmp_path):
+    result = check(_fn, torch.randn(4, 8), torch.randn(4, 8), compile=triton_only(cache_dir=str(tmp_path)))
+    (prog,) = conveyor_triton.programs(result.compiled)
+    for step in prog.kernels:
+        path = step.files[False]
+        assert path.parent.parent == tmp_path
+        assert path.read_text() == step.kernel.source
+        assert path.name == f"k_{kernel_cache.source_hash(step.kernel.source)}.py"
+
+
+def test_corrupt_entry_is_rebuilt(triton_only, tmp_path):
+    source = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k_corrupt(x):\n    pass\n"
+    path = kernel_cache.path_for(tmp_path, kernel_cache.source_hash(source))
+    path.parent.mkdir(parents=True)
+    path.write_text("def k_corrupt(:  # torn write")
+    fn, where = kernel_cache.load(source, "k_corrupt", tmp_path)
+    assert where == path and path.read_text() == source
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_64_bit_indexing_variant(triton_only, monkeypatch):
+    monkeypatch.setattr(program, "INT32_LIMIT", 16)  # every launch of more than 16 elements goes wide
+    result = check(_fn, torch.randn(4, 8), torch.randn(4, 8), compile=triton_only())
+    (prog,) = conveyor_triton.programs(result.compiled)
+    assert all(True in step.files for step in prog.kernels)
+    assert "tl.program_id(0).to(tl.int64)" in prog.kernels[0].sources[True].source
+
+
+def test_metrics_count_kernels_and_bytes(triton_only):
+    compiled = triton_only()(_fn)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    with metrics.counting() as counts:
+        compiled(x, y)
+    (report,) = conveyor_triton.reports(compiled)
+    assert counts.kernels == len(report.kernels) and counts.aten_calls == 0
+    assert counts.bytes >= 3 * x.nbytes  # x and y read, the softmax written
+
+
+def test_triton_imported_without_the_interpreter_is_a_clear_error():
+    code = textwrap.dedent(
+        """
+        import triton, torch, conveyor, conveyor_triton.plugin as p
+        plugins = conveyor.Plugins(); plugins.register(p, name="triton")
+        try:
+            conveyor.compile(lambda x: x + 1, plugins=plugins, backend="triton")(torch.ones(2))
+        except RuntimeError as e:
+            print(e)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert "set TRITON_INTERPRET=1" in out.stdout, out.stdout + out.stderr
+
+
+def test_log_switch_prints_each_kernel_once(triton_only, capsys, tmp_path):
+    compiled = triton_only(log=True, cache_dir=str(tmp_path))(_fn)
+    compiled(torch.randn(3, 5), torch.randn(3, 5))
+    compiled(torch.randn(3, 5), torch.randn(3, 5))
+    out = capsys.readouterr().out
+    (report,) = conveyor_triton.reports(compiled)
+    for k in report.kernels:
+        assert out.count(f"kernel {k.name} ->") == 1 and f"def {k.name}(" in out
