@@ -37,12 +37,11 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
+import conveyor  # noqa: E402
 import torch  # noqa: E402
+from conveyor_triton import metrics  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
-import conveyor  # noqa: E402
-from conveyor_triton import metrics  # noqa: E402
 
 
 class MLP(nn.Module):

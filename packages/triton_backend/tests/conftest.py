@@ -16,10 +16,9 @@ sys.path.insert(0, str(Path(__file__).parent))  # the shared OpInfo sweep module
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
-import pytest  # noqa: E402
-
 import conveyor  # noqa: E402
 import conveyor_triton.plugin  # noqa: E402
+import pytest  # noqa: E402
 from conveyor import Plugins  # noqa: E402
 
 

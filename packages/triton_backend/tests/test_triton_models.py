@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
+import conveyor_triton
 import pytest
 import torch
-from torch import nn
-
-import conveyor_triton
 from conveyor.testing import check
+from torch import nn
 
 
 class MLP(nn.Module):

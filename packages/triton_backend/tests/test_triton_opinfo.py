@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from triton_opinfo_sweep import OPS, run
 
 # op -> why its samples never reach a kernel (they still must match eager, through aten)

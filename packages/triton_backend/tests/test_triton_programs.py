@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import conveyor_triton
 import pytest
 import torch
 import torch.nn.functional as F
-
-import conveyor_triton
 from conveyor.testing import check
 
 

@@ -7,9 +7,8 @@ import subprocess
 import sys
 import textwrap
 
-import torch
-
 import conveyor_triton
+import torch
 from conveyor.testing import check
 from conveyor_triton import kernel_cache, metrics, program
 

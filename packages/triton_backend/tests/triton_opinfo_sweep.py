@@ -16,12 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import conveyor_triton
 import torch
 import torch.utils._pytree as pytree
-from torch.testing._internal.common_methods_invocations import op_db
-
-import conveyor_triton
 from conveyor.testing import check
+from torch.testing._internal.common_methods_invocations import op_db
 
 OPS = (
     "add sub mul div.no_rounding_mode neg abs reciprocal exp exp2 expm1 log log2 log10 log1p sqrt rsqrt "

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-
 from conveyor import CompiledFn, Request, StageError
 from conveyor_alias_db import AliasDb, input_aliasing
+
 from conveyor_triton import interpreter
 from conveyor_triton.classify import writes
 from conveyor_triton.decompose import decompose

@@ -12,12 +12,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import conveyor
 import torch
 import torch.fx
-from torch._decomp import core_aten_decompositions, get_decompositions
-
-import conveyor
 from conveyor import Request
+from torch._decomp import core_aten_decompositions, get_decompositions
 
 aten = torch.ops.aten
 

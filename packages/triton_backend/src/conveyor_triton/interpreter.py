@@ -15,7 +15,6 @@ import sys
 from collections.abc import Iterable
 
 import torch
-
 from conveyor import StageError
 
 

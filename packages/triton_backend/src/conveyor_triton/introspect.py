@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import conveyor
+
 from conveyor_triton.program import Program
 from conveyor_triton.report import Report
 

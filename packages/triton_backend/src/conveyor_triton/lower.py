@@ -12,7 +12,8 @@ import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
 from conveyor_triton.codegen import generate
-from conveyor_triton.fusion import Fuser, Group, contiguous_strides
+from conveyor_triton.domain import contiguous_strides
+from conveyor_triton.fusion import Fuser, Group
 from conveyor_triton.ops import RULES
 from conveyor_triton.program import AtenStep, KernelStep, Program
 from conveyor_triton.report import Fallback, KernelEntry, Report

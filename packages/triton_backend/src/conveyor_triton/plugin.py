@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import conveyor
 from conveyor import StageSpec
+
 from conveyor_triton.backend import OPTIONS, STAGE, TritonBackend
 
 
