@@ -53,3 +53,16 @@ def test_forward_and_backward(name, make, shape, full_pipeline):
     x = torch.randn(*shape, requires_grad=True)
     result = check(module, x, compile=full_pipeline, atol=1e-5, rtol=1e-4)
     assert any(r.kernels for r in conveyor_triton.reports(result.compiled))
+
+
+def test_norm_block_kernel_counts(full_pipeline):
+    """Layer norm, softmax and GELU over the same rows: one forward kernel; the
+    backward's row reductions merge into one kernel and the weight / bias
+    gradients (leading-dimension sums) into another."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 7, 16, requires_grad=True)
+    result = check(NormBlock(), x, compile=full_pipeline, atol=1e-5, rtol=1e-4)
+    reports = {r.label: r for r in conveyor_triton.reports(result.compiled)}
+    assert len(reports["forward"].kernels) == 1, str(reports["forward"])
+    if "backward" in reports:
+        assert len(reports["backward"].kernels) == 2, str(reports["backward"])

@@ -14,6 +14,9 @@ the same rows share one group (softmax, layer norm and their backwards).
 Legality: joining a group never makes it depend on a step that depends on it
 (no cycles in the step graph), and memory order is kept (Note [Write order]).
 
+Groups over the same domain that a later node reads from both are merged
+(Note [Group merging] in ``conveyor_triton.merge``).
+
 Note [Absorbed producers]: a pointwise node with no operand inside any group
 starts a group of its own; when its only user joins (or starts) another group,
 it moves there, so a chain like ``g * w`` feeding one consumer is not a kernel
@@ -54,6 +57,7 @@ from conveyor_triton.classify import ORDER_KEEPING_VIEWS, NodeClass
 from conveyor_triton.domain import Kind, access_ok, reduction_dims, row_broadcast_ok
 from conveyor_triton.domain import numel as _numel
 from conveyor_triton.domain import shape as _shape
+from conveyor_triton.merge import merge
 from conveyor_triton.ops import RULES
 
 
@@ -233,6 +237,8 @@ class Fuser:
         group = self._place(node, operands, candidates)
         if group is None:
             group = self._new_group(node, "full", position, _numel(node))
+        for other in candidates:
+            merge(self, other, group)
         self._absorb(node, group, loose)
 
     def _place(self, node: torch.fx.Node, operands: list[torch.fx.Node], candidates: list[Group]) -> Group | None:

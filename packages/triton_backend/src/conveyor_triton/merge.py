@@ -1,0 +1,96 @@
+"""Merging two fusion groups over the same domain (Note [Group merging]).
+
+Note [Group merging]: groups form greedily in graph order, so two groups over
+the same elements (a softmax backward's row reduction and a layer norm
+backward's, over the same rows) can end up apart when a later node reads from
+both. When that node joins one of them, the other one merges in if
+
+* their domains agree: the same number of elements, and the same rows, row
+  length and permutation when both reduce (a pointwise group joins a permuted
+  one only if all its members have that group's shape and none is a view);
+* every read between their members is legal in place in the merged group
+  (Note [Linear index]), which values read from memory before never had to be;
+* no third step lies on a path between them (that would be a cycle).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch.fx
+
+from conveyor_triton.classify import REDUCTIONS
+from conveyor_triton.domain import shape
+from conveyor_triton.ops import RULES
+
+if TYPE_CHECKING:
+    from conveyor_triton.fusion import Fuser, Group
+
+
+def _domain(a: Group, b: Group) -> Group | None:
+    """The group whose domain the merge keeps, or None if they disagree."""
+    if a.numel != b.numel:
+        return None
+    if a.reduce is not None and b.reduce is not None:
+        same = (a.reduce, a.rows, a.perm, a.shape) == (b.reduce, b.rows, b.perm, b.shape)
+        return a if same else None
+    reducing, plain = (a, b) if a.reduce is not None else (b, a)
+    if reducing.perm is not None:
+        if any(shape(m) != reducing.shape or m.target not in RULES for m in plain.members):
+            return None
+    return reducing
+
+
+def _reads_ok(fuser: Fuser, merged: Group, members: dict[torch.fx.Node, str], other: set[torch.fx.Node]) -> bool:
+    """Every read across the two old groups is legal in place in ``merged``."""
+    for m, kind in members.items():
+        if m.target in REDUCTIONS:
+            source = m.args[0]
+            if (source in other) != (m in other) and members.get(source) != "full":  # type: ignore[arg-type]
+                return False
+            continue
+        if m.target not in RULES:
+            continue  # an order-keeping view: its source is in its own old group
+        for i in RULES[m.target].reads:
+            a = m.args[i] if i < len(m.args) else None
+            if isinstance(a, torch.fx.Node) and a in members and (a in other) != (m in other):
+                if not fuser._access(a, merged, m, kind, members[a]):  # type: ignore[arg-type]
+                    return False
+    return True
+
+
+def merge(fuser: Fuser, other: Group, group: Group) -> bool:
+    """Merge ``other`` into ``group`` if Note [Group merging] allows it."""
+    if other is group or not other.members or not group.members:
+        return False
+    keep = _domain(group, other)
+    if keep is None:
+        return False
+    so, sg = other.step, group.step
+    if any(fuser._reaches({d}, so) for d in fuser.deps[sg] - {so}):
+        return False
+    if any(fuser._reaches({d}, sg) for d in fuser.deps[so] - {sg}):
+        return False
+    members = dict(sorted({**group.members, **other.members}.items(), key=lambda m: fuser.position[m[0]]))
+    probe = type(group)(step=-1, numel=keep.numel, members=members, reduce=keep.reduce, rows=keep.rows,
+                        perm=keep.perm, shape=keep.shape, reduced=keep.reduced)  # fmt: skip
+    if not _reads_ok(fuser, probe, members, set(other.members)):
+        return False
+    group.members = members
+    group.reduce, group.rows, group.perm, group.shape, group.reduced = (
+        keep.reduce, keep.rows, keep.perm, keep.shape, keep.reduced,
+    )  # fmt: skip
+    group.reads |= other.reads
+    for m in other.members:
+        fuser.group_of[m] = group
+        fuser.step_of[m] = sg
+    fuser.deps[sg] = (fuser.deps[sg] | fuser.deps[so]) - {so, sg}
+    for i, d in enumerate(fuser.deps):
+        if so in d:
+            d.discard(so)
+            if i != sg:
+                d.add(sg)
+    fuser.deps[so] = set()
+    other.members.clear()
+    other.reads.clear()
+    return True
