@@ -119,3 +119,11 @@ def test_a_permuted_common_tensor_is_not_the_base() -> None:
     root = torch.empty_strided((6, 8), (1, 6))  # dense, not contiguous, no _base
     (base,) = _plan([root, root[1:3]], data=[1])
     assert base.from_root and base.view == Layout.dense(4, 0, 48)
+
+
+def test_a_box_the_view_ops_cannot_rebuild_from_is_not_chosen() -> None:
+    x = torch.zeros(2, 2)
+    # (2, 1) with strides (2, 2): its metadata is handed back, so its size-1 stride must be
+    # exact, which only as_strided gives; as_strided off a sub-box is not safe to functionalize
+    (base,) = _plan([x[:, 0::2], x[:, 0::2]], data=[0], metadata=[0])
+    assert base.view == Layout.dense(4, 0, 3)

@@ -23,9 +23,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from conveyor_synthetic_base.mapping import AliasView, OuterIdx, SyntheticBase
 from conveyor_synthetic_base.overlap import Layout, overlaps
-from conveyor_synthetic_base.replay import bounding_box, box_window
+from conveyor_synthetic_base.replay import bounding_box, box_window, replay
 from conveyor_synthetic_base.sharing import SharedStorage
 
 
@@ -107,7 +109,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
         in_merged = {i for grp in merged for i in grp}
         changed = False
         for grp in merged:
-            extent = _choose(s, grp, tight)[3]
+            extent = _choose(s, grp, tight, mutations.metadata)[3]
             for k in range(n):
                 if k not in grp and (data[k] or k in in_merged) and overlaps(layouts[k], extent):
                     changed |= g.union(grp[0], k)
@@ -115,7 +117,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
             break
     bases = []
     for grp in merged:
-        anchor, from_root, view, _ = _choose(s, grp, tight)
+        anchor, from_root, view, _ = _choose(s, grp, tight, mutations.metadata)
         aliases = tuple(
             AliasView(
                 s.members[i],
@@ -130,7 +132,9 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
     return bases
 
 
-def _choose(s: SharedStorage, grp: list[int], tight: bool) -> tuple[OuterIdx, bool, Layout | None, Layout]:
+def _choose(
+    s: SharedStorage, grp: list[int], tight: bool, metadata: frozenset[OuterIdx]
+) -> tuple[OuterIdx, bool, Layout | None, Layout]:
     """The base of one group: ``(anchor, from_root, view, extent)``."""
     names = [int(s.members[i]) for i in grp]
     dtypes = {s.tensors[i].dtype for i in grp}
@@ -157,12 +161,30 @@ def _choose(s: SharedStorage, grp: list[int], tight: bool) -> tuple[OuterIdx, bo
     if not tight:
         return anchor, True, None, root
     start, stop = _widened(s, grp, start, stop, root.elements)  # Note [View ops, not as_strided, where they suffice]
-    candidates: list[Layout | None] = [Layout.dense(layouts[0].itemsize, start, stop)]
+    span = Layout.dense(layouts[0].itemsize, start, stop)
+    candidates: list[Layout | None] = [span]
     if root.is_contiguous:
         box = bounding_box(root, layouts)
         candidates[:0] = [None] * (root.elements == (start, stop)) + [box] * (box is not None)
-    view = min(candidates, key=lambda c: root.numel if c is None else c.numel)  # first of the smallest
+    exact = [s.members[i] in metadata for i in grp]
+    fit = [c for c in candidates if _rebuilt_by_views(root if c is None else c, layouts, exact)]
+    view = min(fit or [span], key=lambda c: root.numel if c is None else c.numel)  # first of the smallest
     return anchor, True, view, root if view is None else view
+
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
+
+
+def _rebuilt_by_views(base: Layout, members: list[Layout], exact: list[bool]) -> bool:
+    """Whether every member can be rebuilt from this base with view ops
+    (tried on a meta tensor, with the same code the traced program runs):
+    ``as_strided`` off a base that is not a dense range is not safe to
+    functionalize."""
+    storage = torch.empty(
+        max(base.elements[1], *(m.elements[1] for m in members)), dtype=_INT_OF_SIZE[base.itemsize], device="meta"
+    )
+    t = storage.as_strided(base.size, base.stride, base.offset)
+    return all(replay(t, m.size, m.stride, m.offset, exact=e) is not None for m, e in zip(members, exact))
 
 
 def _widened(s: SharedStorage, grp: list[int], start: int, stop: int, root: tuple[int, int]) -> tuple[int, int]:
