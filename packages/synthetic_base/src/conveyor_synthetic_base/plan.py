@@ -109,7 +109,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
         in_merged = {i for grp in merged for i in grp}
         changed = False
         for grp in merged:
-            extent = _choose(s, grp, tight, mutations.metadata)[3]
+            extent = _choose(s, grp, tight, mutations)[3]
             for k in range(n):
                 if k not in grp and (data[k] or k in in_merged) and overlaps(layouts[k], extent):
                     changed |= g.union(grp[0], k)
@@ -117,7 +117,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
             break
     bases = []
     for grp in merged:
-        anchor, from_root, view, _ = _choose(s, grp, tight, mutations.metadata)
+        anchor, from_root, view, _ = _choose(s, grp, tight, mutations)
         aliases = tuple(
             AliasView(
                 s.members[i],
@@ -133,7 +133,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
 
 
 def _choose(
-    s: SharedStorage, grp: list[int], tight: bool, metadata: frozenset[OuterIdx]
+    s: SharedStorage, grp: list[int], tight: bool, mutations: Mutations
 ) -> tuple[OuterIdx, bool, Layout | None, Layout]:
     """The base of one group: ``(anchor, from_root, view, extent)``."""
     names = [int(s.members[i]) for i in grp]
@@ -155,10 +155,18 @@ def _choose(
             "of one tensor of their dtype: no base can carry the gradients of each"
         )
     anchor = s.members[grp[0]]
+    exact = [s.members[i] in mutations.metadata for i in grp]
     if not from_root:
         span = Layout.dense(layouts[0].itemsize, start, stop)
+        if not _rebuilt_by_views(span, layouts, exact):
+            raise PlanError(
+                f"inputs {names} overlap and one is mutated, but they are not views of one tensor and "
+                "view ops cannot rebuild each from the range they share"
+            )
         return anchor, False, span, span
     if not tight:
+        if not _rebuilt_by_views(root, layouts, exact):
+            _check_as_strided_is_safe(s, grp, mutations, root)
         return anchor, True, None, root
     start, stop = _widened(s, grp, start, stop, root.elements)  # Note [View ops, not as_strided, where they suffice]
     span = Layout.dense(layouts[0].itemsize, start, stop)
@@ -166,10 +174,30 @@ def _choose(
     if root.is_contiguous:
         box = bounding_box(root, layouts)
         candidates[:0] = [None] * (root.elements == (start, stop)) + [box] * (box is not None)
-    exact = [s.members[i] in metadata for i in grp]
     fit = [c for c in candidates if _rebuilt_by_views(root if c is None else c, layouts, exact)]
-    view = min(fit or [span], key=lambda c: root.numel if c is None else c.numel)  # first of the smallest
+    if not fit:
+        _check_as_strided_is_safe(s, grp, mutations, root)
+        return anchor, True, None, root
+    view = min(fit, key=lambda c: root.numel if c is None else c.numel)  # first of the smallest
     return anchor, True, view, root if view is None else view
+
+
+def _check_as_strided_is_safe(s: SharedStorage, grp: list[int], mutations: Mutations, root: Layout) -> None:
+    """Some member needs ``as_strided`` off the base. Functionalization
+    scatters it back with ``as_strided_scatter``, which reads the offset
+    relative to the base (so the base must start the storage, contiguous)
+    and whose derivative for the base is wrong in torch 2.13."""
+    names = [int(s.members[i]) for i in grp]
+    if not (root.is_contiguous and root.offset == 0):
+        raise PlanError(
+            f"inputs {names} overlap and one is mutated, but view ops cannot rebuild each from one base and "
+            "the tensor they view is not contiguous from storage offset 0, which as_strided needs"
+        )
+    if any(s.members[i] in mutations.data and s.tensors[i].requires_grad for i in grp):
+        raise PlanError(
+            f"inputs {names}: a mutated input that requires grad can only be rebuilt with as_strided, whose "
+            "scatter has a wrong derivative in torch 2.13 (Note [View ops, not as_strided, where they suffice])"
+        )
 
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: torch.complex128}
