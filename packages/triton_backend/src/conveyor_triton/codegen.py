@@ -149,7 +149,7 @@ class _Writer:
         val = arg.meta["val"]
         if arg in self.group.members:
             return Value(self.value(arg, scope, out, indent), val.dtype, ndim=val.dim())
-        shape = tuple(node.meta["val"].shape)
+        shape = self.group.evaluate_at.get(node, tuple(node.meta["val"].shape))
         return Value(self.load(arg, shape, scope, out, indent), val.dtype, ndim=val.dim())
 
     def block(self, scope: str) -> str:

@@ -72,3 +72,11 @@ def row_broadcast_ok(src: tuple[int, ...], dst: tuple[int, ...], reduced: tuple[
         return False
     padded = (1,) * (len(dst) - len(src)) + src
     return all(s == 1 if i in reduced else s == d for i, (s, d) in enumerate(zip(padded, dst)))
+
+
+def broadcasts(src: tuple[int, ...], dst: tuple[int, ...]) -> bool:
+    """Whether a value of shape ``src`` broadcasts to ``dst``."""
+    if len(src) > len(dst):
+        return False
+    padded = (1,) * (len(dst) - len(src)) + src
+    return all(s in (1, d) for s, d in zip(padded, dst))

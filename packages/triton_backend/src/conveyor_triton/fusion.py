@@ -20,7 +20,8 @@ Groups over the same domain that a later node reads from both are merged
 Note [Absorbed producers]: a pointwise node with no operand inside any group
 starts a group of its own; when its only user joins (or starts) another group,
 it moves there, so a chain like ``g * w`` feeding one consumer is not a kernel
-of its own.
+of its own. If it is smaller than its user (broadcast) and reads nothing of
+the group, it is recomputed at each element of its user instead.
 
 Note [Permuted groups]: a reduction over leading dimensions (a bias or norm
 weight gradient sums over the batch) addresses its full values with the
@@ -54,7 +55,7 @@ import torch
 import torch.fx
 
 from conveyor_triton.classify import ORDER_KEEPING_VIEWS, NodeClass
-from conveyor_triton.domain import Kind, access_ok, reduction_dims, row_broadcast_ok
+from conveyor_triton.domain import Kind, access_ok, broadcasts, reduction_dims, row_broadcast_ok
 from conveyor_triton.domain import numel as _numel
 from conveyor_triton.domain import shape as _shape
 from conveyor_triton.merge import merge
@@ -74,6 +75,8 @@ class Group:
         addressed in (Note [Permuted groups]); None otherwise.
     :ivar shape: the logical shape of every full value of a permuted group.
     :ivar reduced: the dimensions (of ``shape``) a permuted group reduces.
+    :ivar evaluate_at: absorbed producers computed at their user's (larger)
+        shape, their loads broadcast to it (Note [Absorbed producers]).
     """
 
     step: int
@@ -84,6 +87,7 @@ class Group:
     perm: tuple[int, ...] | None = None
     shape: tuple[int, ...] | None = None
     reduced: tuple[int, ...] = ()
+    evaluate_at: dict[torch.fx.Node, tuple[int, ...]] = field(default_factory=dict)
     reads: set[torch.fx.Node] = field(default_factory=set)
 
 
@@ -289,15 +293,20 @@ class Fuser:
             alone = self.group_of[a]
             if alone is group:
                 continue
-            if _numel(a) == _numel(node):
+            at = None
+            if _numel(a) == _numel(node) and self._access(a, group, node, kind, kind):
                 a_kind: Kind = kind
             elif kind == "full" and group.rows is not None and _numel(a) == group.rows:
                 a_kind = "row"
+            elif broadcasts(_shape(a), _shape(node)) and not set(a.all_input_nodes) & set(group.members):
+                a_kind, at = kind, _shape(node)  # recomputed at each element of node (its loads broadcast)
             else:
                 continue
-            if a_kind == "full" and group.shape not in (None, _shape(a)):
+            if a_kind == "full" and group.shape not in (None, at or _shape(a)):
                 continue
-            if not self._access(a, group, node, kind, a_kind) or self._reaches(self.deps[alone.step], group.step):
+            if at is None and not self._access(a, group, node, kind, a_kind):
+                continue
+            if self._reaches(self.deps[alone.step], group.step):
                 continue
             if any(alone.step in d for i, d in enumerate(self.deps) if i != group.step):
                 continue  # a writer must run after it (Note [Write order])
@@ -306,6 +315,8 @@ class Fuser:
             alone.members.clear()
             alone.reads.clear()
             group.members[a] = a_kind
+            if at is not None:
+                group.evaluate_at[a] = at
             group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
             group.reads.update(a.all_input_nodes)
             self.group_of[a] = group

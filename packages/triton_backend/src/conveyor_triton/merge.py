@@ -81,6 +81,7 @@ def merge(fuser: Fuser, other: Group, group: Group) -> bool:
         keep.reduce, keep.rows, keep.perm, keep.shape, keep.reduced,
     )  # fmt: skip
     group.reads |= other.reads
+    group.evaluate_at.update(other.evaluate_at)
     for m in other.members:
         fuser.group_of[m] = group
         fuser.step_of[m] = sg
