@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import conveyor
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 View = Callable[[torch.Tensor], torch.Tensor]
@@ -84,4 +85,9 @@ def _program(ops: list[tuple[int, str]]) -> Callable[..., Any]:
 @given(programs())
 def test_random_aliasing_matches_eager(stages_only: Any, check_aliased: Any, example: Any) -> None:
     shape, inputs, ops, requires_grad = example
-    check_aliased(_program(ops), lambda r: [v(r) for _, v in inputs], shape, requires_grad, stages_only)
+    try:
+        check_aliased(_program(ops), lambda r: [v(r) for _, v in inputs], shape, requires_grad, stages_only)
+    except conveyor.StageError as exc:
+        if exc.stage == "synthetic_base" and "wrong derivative" in exc.cause:
+            reject()  # refused on purpose: see README, "How merged inputs are rebuilt"
+        raise
