@@ -64,11 +64,17 @@ def column_reductions(x, g, w):
     """Reductions over leading dimensions with their pointwise producers (norm
     weight and bias gradients): permuted groups."""
     xhat = (x - x.mean(0, keepdim=True)) * w
-    return (g * xhat).sum((0, 1)), g.sum((0, 1)), (xhat * xhat).sum(0), (x.t() + 1).amax(0)
+    return (g * xhat).sum((0, 1)), g.sum((0, 1)), (xhat * xhat).sum(0), (x[0].t() + 1).amax(0)
 
 
 def row_values(x, r):
     return x * (r / 4), (r * 2).exp()
+
+
+def broadcast_producers(g, idx):
+    """A small mask (``eq``) feeding a larger ``where``: recomputed per element."""
+    mask = idx.unsqueeze(-1) == torch.arange(3).view(3, 1, 1)
+    return torch.where(mask, g, 0.0).sum(1), (idx * 2).unsqueeze(-1) + g
 
 
 def scalar_constants(x):
@@ -92,6 +98,7 @@ CASES = [
     (scalar_constants, lambda: (torch.randn(3, 3),)),
     (column_reductions, lambda: (torch.randn(3, 4, 6), torch.randn(3, 4, 6), torch.randn(6))),
     (row_values, lambda: (torch.randn(5, 8), torch.randn(5, 1))),
+    (broadcast_producers, lambda: (torch.randn(3, 4, 6), torch.randint(0, 3, (4,)))),
 ]
 
 
