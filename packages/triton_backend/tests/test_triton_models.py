@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import conveyor
 import conveyor_triton
 import pytest
 import torch
@@ -66,3 +67,23 @@ def test_norm_block_kernel_counts(full_pipeline):
     assert len(reports["forward"].kernels) == 1, str(reports["forward"])
     if "backward" in reports:
         assert len(reports["backward"].kernels) == 2, str(reports["backward"])
+
+
+def test_mutating_program_without_functionalize(installed_plugins):
+    """With functionalize off the backend receives in-place ops: it keeps them
+    as aten calls in memory order and still fuses around them."""
+
+    def f(a, b):
+        a.mul_(2)
+        c = a.sin() + b
+        b.add_(c.sum(-1, keepdim=True))
+        return c.softmax(-1), a.t()
+
+    disabled = ["functionalize"] if "functionalize" in installed_plugins.stages() else []
+
+    def compile(fn):
+        return conveyor.compile(fn, plugins=installed_plugins, backend="triton", disable=disabled)
+
+    result = check(f, torch.randn(4, 8), torch.randn(4, 8), compile=compile)
+    reports = conveyor_triton.reports(result.compiled)
+    assert any(r.kernels for r in reports)
