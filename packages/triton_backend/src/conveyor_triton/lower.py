@@ -117,7 +117,7 @@ def lower(
                 views += 1
             elif node.op == "call_function":
                 cls = classes[node]
-                fallbacks.append(Fallback(node.name, str(node.target), cls.reason or "a view op that reorders"))
+                fallbacks.append(Fallback(node.name, str(node.target), cls.reason))
             continue
         group = step.group
         assert group is not None

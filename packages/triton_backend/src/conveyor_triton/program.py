@@ -65,6 +65,10 @@ class KernelStep:
     def kernel(self) -> KernelSource:
         return self.sources[False]
 
+    def reads(self) -> set[torch.fx.Node]:
+        """The values this step reads from the environment."""
+        return {a.node for a in self.kernel.loads} | {n for v in self.post_views for n in v.all_input_nodes}
+
     def fn(self, index64: bool) -> Any:
         if index64 not in self._fns:
             src = self.sources[index64]
@@ -134,6 +138,10 @@ class AtenStep:
     node: torch.fx.Node
     module: torch.fx.GraphModule
 
+    def reads(self) -> set[torch.fx.Node]:
+        """The values this step reads from the environment."""
+        return set(self.node.all_input_nodes)
+
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
         env[self.node] = out = run_node(self.node, env, self.module)
         if metrics.active() and self.launches:
@@ -161,6 +169,15 @@ class Program:
         self.steps = tuple(steps)
         self.outputs = tuple(outputs)
         self.report = report
+        # values no later step and no output needs, dropped after each step (peak memory as eager's)
+        last: dict[torch.fx.Node, int] = {}
+        for i, step in enumerate(self.steps):
+            for n in step.reads():
+                last[n] = i
+        kept = {o for o in self.outputs if isinstance(o, torch.fx.Node)}
+        self.release: tuple[tuple[torch.fx.Node, ...], ...] = tuple(
+            tuple(n for n, i in last.items() if i == k and n not in kept) for k in range(len(self.steps))
+        )
 
     @property
     def kernels(self) -> tuple[KernelStep, ...]:
@@ -169,6 +186,8 @@ class Program:
     def __call__(self, args: list[Any]) -> list[Any]:
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, args))
         args.clear()
-        for step in self.steps:
+        for step, done in zip(self.steps, self.release):
             step.run(env)
+            for n in done:
+                del env[n]
         return [env[o] if isinstance(o, torch.fx.Node) else o for o in self.outputs]
