@@ -13,7 +13,8 @@ nox.options.reuse_existing_virtualenvs = True
 
 def _install(session: nox.Session, *extra: str) -> None:
     session.install("torch==2.13.0")  # pinned first: a range would pull a CUDA build
-    session.install(*(f"-e{ROOT / 'packages' / p}" for p in PACKAGES), "pytest", "hypothesis", "networkx", *extra)
+    # the packages editable, and the test tools from the meta-package's one list
+    session.install(*(f"-e{ROOT / 'packages' / p}" for p in PACKAGES), f"-e{ROOT}[test]", *extra)
 
 
 @nox.session
