@@ -259,24 +259,7 @@ CASES = [
 
 
 #: cases the full pipeline gets wrong because of an inner stage, not this one
-SHARED_BUT_DISJOINT = (
-    "functionalize rejects inputs that share storage when one is mutated even when they do not "
-    "overlap (conveyor_functionalize.analysis._check_no_mutated_aliases); synthetic_base leaves them apart"
-)
-KNOWN_INNER = {
-    ("disjoint_both_mutated", False): SHARED_BUT_DISJOINT,
-    ("disjoint_both_mutated", True): SHARED_BUT_DISJOINT,
-    ("interleaved_both_mutated", False): SHARED_BUT_DISJOINT,
-    ("interleaved_both_mutated", True): SHARED_BUT_DISJOINT,
-    ("two_groups_out_of_order", False): SHARED_BUT_DISJOINT,
-    ("two_groups_out_of_order", True): SHARED_BUT_DISJOINT,
-    ("shared_storage_metadata_only", False): SHARED_BUT_DISJOINT,
-    ("shared_storage_metadata_only", True): SHARED_BUT_DISJOINT,
-    ("empty_alias", False): SHARED_BUT_DISJOINT,
-    ("empty_alias", True): SHARED_BUT_DISJOINT,
-    ("everything_at_once", False): SHARED_BUT_DISJOINT,
-    ("everything_at_once", True): SHARED_BUT_DISJOINT,
-}
+KNOWN_INNER: dict[tuple[str, bool], str] = {}
 
 
 @pytest.mark.parametrize(

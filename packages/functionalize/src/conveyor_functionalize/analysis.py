@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor.errors import StageError
+from conveyor.overlap import Layout, overlaps
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from conveyor_functionalize.functional_run import FunctionalRun, run_functional
@@ -95,18 +96,28 @@ def _with_swap_targets(infos: tuple[InputInfo, ...], run: FunctionalRun) -> tupl
 
 def _check_no_mutated_aliases(inputs: tuple[Any, ...], infos: tuple[InputInfo, ...]) -> None:
     """Functionalization treats each input as its own tensor: a write to one of
-    two inputs sharing storage would not reach the other."""
-    first: dict[StorageWeakRef, int] = {}
+    two inputs that overlap would not reach the other. Inputs that share a
+    storage without a common byte are independent, whatever is mutated."""
+    seen: dict[StorageWeakRef, list[int]] = {}
     for i, t in enumerate(inputs):
         if not isinstance(t, torch.Tensor) or (ref := _storage(t)) is None:
             continue
-        j = first.setdefault(ref, i)
-        if j != i and (infos[i].mutated or infos[j].mutated):
-            raise StageError(
-                STAGE,
-                f"inputs {j} and {i} share storage and one of them is mutated; functionalize needs "
-                "them merged first: enable the 'dedupe' and 'synthetic_base' stages",
-            )
+        for j in seen.setdefault(ref, []):
+            if (infos[i].mutates_data or infos[j].mutates_data) and _may_overlap(inputs[j], t):
+                raise StageError(
+                    STAGE,
+                    f"inputs {j} and {i} overlap in memory and one of them has its data mutated; functionalize "
+                    "needs them merged first: enable the 'dedupe' and 'synthetic_base' stages",
+                )
+        seen[ref].append(i)
+
+
+def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Exact for static layouts; symbolic ones are taken to overlap."""
+    try:
+        return overlaps(Layout.of(a), Layout.of(b))
+    except (TypeError, ValueError, RuntimeError):  # a symbolic size, stride or offset
+        return True
 
 
 def _classify_outputs(run: FunctionalRun, infos: tuple[InputInfo, ...]) -> tuple[tuple[OutputInfo, ...], int]:

@@ -18,7 +18,7 @@ from typing import Any, NewType
 
 import torch
 
-from conveyor_synthetic_base.overlap import Layout
+from conveyor.overlap import Layout
 from conveyor_synthetic_base.replay import replay
 
 OuterIdx = NewType("OuterIdx", int)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from conveyor_synthetic_base.mapping import AliasView, OuterIdx, SyntheticBase
-from conveyor_synthetic_base.overlap import Layout, overlaps
+from conveyor.overlap import Layout, overlaps
 from conveyor_synthetic_base.replay import bounding_box, box_window, replay
 from conveyor_synthetic_base.sharing import SharedStorage
 

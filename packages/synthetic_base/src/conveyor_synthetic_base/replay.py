@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from conveyor_synthetic_base.overlap import Layout
+from conveyor.overlap import Layout
 
 
 @dataclass(frozen=True)

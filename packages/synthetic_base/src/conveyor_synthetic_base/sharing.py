@@ -16,7 +16,7 @@ import torch
 from conveyor.cache import storage_groups
 
 from conveyor_synthetic_base.mapping import OuterIdx
-from conveyor_synthetic_base.overlap import Layout
+from conveyor.overlap import Layout
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,14 @@ view of which, and leafness / requires_grad), and compares:
   which other outputs it shares storage with;
 * inputs after the call: values, sizes, strides, storage offset, and which
   inputs share storage with which;
-* gradients: of every input (and module parameter) that requires grad, after
-  a backward through a random weighting of the differentiable outputs.
+* gradients: of every leaf requiring grad that the inputs (and module
+  parameters) come from, after a backward through a random weighting of the
+  differentiable outputs (real and imaginary parts weighted apart). A
+  gradient that is missing on one side must be all zeros on the other; a
+  backward that raises in eager must raise in the compiled program too.
+
+If eager raises, the compiled program must raise an exception of the same
+type (or a subclass); ``Checked`` then holds the two exceptions.
 
 A mismatch raises ``AssertionError`` naming what differs and where.
 """
@@ -147,6 +153,9 @@ def check(
     else:
         eager_fn, comp_module, compiled = fn, None, compile(fn)
 
+    extra_e = list(eager_fn.parameters()) if comp_module is not None else []
+    extra_c = list(comp_module.parameters()) if comp_module is not None else []
+    e_targets, c_targets = grad_leaves(eager_leaves + extra_e), grad_leaves(comp_leaves + extra_c)
     e_args, e_kwargs = pytree.tree_unflatten(eager_leaves, spec)
     c_args, c_kwargs = pytree.tree_unflatten(comp_leaves, spec)
     torch.manual_seed(seed)
@@ -199,46 +208,96 @@ def check(
     )
 
     if check_grads:
-        _check_grads(e_outs, c_outs, e_ins, c_ins, atol, rtol, seed)
+        _check_grads(e_outs, c_outs, e_targets, c_targets, atol, rtol, seed)
     return Checked(eager_out, comp_out, compiled)
 
 
-def _check_grads(e_outs: list[Any], c_outs: list[Any], e_ins: list[Any], c_ins: list[Any], atol: float | None, rtol: float | None, seed: int) -> None:
+def grad_leaves(ins: Sequence[Any]) -> list[torch.Tensor]:
+    """The leaves requiring grad that ``ins`` are computed from, in input order.
+
+    Taken before the call: a mutated non-leaf input gets a new history in
+    place, and a gradient with respect to its new version says nothing about
+    the program; the gradient with respect to the leaf it came from does
+   ."""
+    found: list[torch.Tensor] = []
+    seen: set[int] = set()
+
+    def add(t: torch.Tensor) -> None:
+        if id(t) not in seen:
+            seen.add(id(t))
+            found.append(t)
+
+    for x in ins:
+        if not isinstance(x, torch.Tensor) or not x.requires_grad:
+            continue
+        if x.is_leaf:
+            add(x)
+            continue
+        stack, visited = [x.grad_fn], set()
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in visited:
+                continue
+            visited.add(id(node))
+            variable = getattr(node, "variable", None)
+            if isinstance(variable, torch.Tensor):
+                add(variable)
+            stack.extend(next_fn for next_fn, _ in reversed(node.next_functions))
+    return found
+
+
+def _loss(outs: list[torch.Tensor], weights: list[torch.Tensor]) -> torch.Tensor:
+    total = torch.zeros((), dtype=torch.float64)
+    for o, (w_re, w_im) in zip(outs, weights, strict=True):
+        if o.is_complex():  # a real loss: weight the real and imaginary parts
+            total = total + (o.real * w_re).sum().double() + (o.imag * w_im).sum().double()
+        else:
+            total = total + (o * w_re).sum().double()
+    return total
+
+
+def _check_grads(
+    e_outs: list[Any],
+    c_outs: list[Any],
+    e_targets: list[torch.Tensor],
+    c_targets: list[torch.Tensor],
+    atol: float | None,
+    rtol: float | None,
+    seed: int,
+) -> None:
     pairs = [
         (e, c)
         for e, c in zip(e_outs, c_outs, strict=False)
         if isinstance(e, torch.Tensor) and e.requires_grad and (e.is_floating_point() or e.is_complex())
     ]
-    if not pairs:
+    assert len(e_targets) == len(c_targets), (
+        f"{len(c_targets)} leaves requiring grad behind the compiled inputs, eager has {len(e_targets)}"
+    )
+    if not pairs or not e_targets:
         return
+    assert all(isinstance(c, torch.Tensor) and c.requires_grad for _, c in pairs), "outputs: requires_grad differs"
     gen = torch.Generator().manual_seed(seed + 1)
-    weights = [torch.randn(e.shape, generator=gen, dtype=torch.float64).to(e.dtype) for e, _ in pairs]
-    e_loss: torch.Tensor = sum((e * w).sum() for (e, _), w in zip(pairs, weights, strict=True))  # type: ignore[assignment]
-    c_loss: torch.Tensor = sum((c * w).sum() for (_, c), w in zip(pairs, weights, strict=True))  # type: ignore[assignment]
-    e_targets = [x for x in e_ins if isinstance(x, torch.Tensor) and x.requires_grad]
-    c_targets = [x for x in c_ins if isinstance(x, torch.Tensor) and x.requires_grad]
-    # and the bases of inputs that view a leaf requiring grad
-    e_targets += _view_roots(e_ins, e_targets)
-    c_targets += _view_roots(c_ins, c_targets)
-    if not e_targets:
-        return
-    e_grads = torch.autograd.grad(e_loss, e_targets, allow_unused=True)
-    c_grads = torch.autograd.grad(c_loss, c_targets, allow_unused=True)
-    for k, (eg, cg) in enumerate(zip(e_grads, c_grads, strict=False)):
-        if eg is None:
-            assert cg is None or not cg.any(), f"gradient {k}: compiled has a gradient, eager has none"
+    weights = []
+    for e, _ in pairs:
+        real = e.real.dtype if e.is_complex() else e.dtype
+        weights.append(tuple(torch.randn(e.shape, generator=gen, dtype=torch.float64).to(real) for _ in range(2)))
+    try:
+        e_grads = torch.autograd.grad(_loss([e for e, _ in pairs], weights), e_targets, allow_unused=True)
+    except RuntimeError as eager_exc:  # e.g. a saved tensor changed in place: compiled must fail as well
+        try:
+            torch.autograd.grad(_loss([c for _, c in pairs], weights), c_targets, allow_unused=True)
+        except RuntimeError:
+            return
+        raise AssertionError(f"eager backward raised {type(eager_exc).__name__}: {eager_exc}; compiled did not") from None
+    c_grads = torch.autograd.grad(_loss([c for _, c in pairs], weights), c_targets, allow_unused=True)
+    for k, (eg, cg) in enumerate(zip(e_grads, c_grads, strict=True)):
+        if eg is None or cg is None:  # no gradient and an all-zero one are the same to a user
+            other = cg if eg is None else eg
+            assert other is None or not other.any(), (
+                f"gradient {k}: {'compiled' if eg is None else 'eager'} has a non-zero gradient, the other none"
+            )
             continue
-        assert cg is not None, f"gradient {k}: eager has a gradient, compiled has none"
         torch.testing.assert_close(cg, eg, atol=atol, rtol=rtol, equal_nan=True, msg=_prefix(f"gradient {k}"))
-
-
-def _view_roots(ins: list[Any], already: list[torch.Tensor]) -> list[torch.Tensor]:
-    roots: list[torch.Tensor] = []
-    for x in ins:
-        if isinstance(x, torch.Tensor) and x._base is not None and x._base.requires_grad and x._base.is_leaf:
-            if not any(x._base is r for r in already + roots):
-                roots.append(x._base)
-    return roots
 
 
 def _prefix(where: str) -> Callable[[str], str]:
