@@ -1,12 +1,11 @@
 """Real torch.nn modules through the whole installed pipeline, both entry
 points, checked against eager by the shared checker."""
 
+import conveyor
 import pytest
 import torch
-from torch import nn
-
-import conveyor
 from conveyor.testing import check
+from torch import nn
 
 
 def mlp():

@@ -18,7 +18,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import torch
 from autograd_helpers import pipeline
 from conveyor.testing import check
 

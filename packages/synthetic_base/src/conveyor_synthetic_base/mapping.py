@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, NewType
 
 import torch
-
 from conveyor.overlap import Layout
+
 from conveyor_synthetic_base.replay import replay
 
 OuterIdx = NewType("OuterIdx", int)

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from conveyor.overlap import Layout, overlaps
 
 from conveyor_synthetic_base.mapping import AliasView, OuterIdx, SyntheticBase
-from conveyor.overlap import Layout, overlaps
 from conveyor_synthetic_base.replay import bounding_box, box_window, replay
 from conveyor_synthetic_base.sharing import SharedStorage
 

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-
 from conveyor.overlap import Layout
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 from conveyor.cache import storage_groups
+from conveyor.overlap import Layout
 
 from conveyor_synthetic_base.mapping import OuterIdx
-from conveyor.overlap import Layout
 
 
 @dataclass(frozen=True)
