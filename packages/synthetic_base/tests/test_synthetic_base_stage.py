@@ -90,15 +90,9 @@ def test_metadata_mutation_is_applied_to_the_callers_tensor(stages_only: Any) ->
     assert len(output.args[0]) == 2  # the user's output, then b as the program leaves it
 
 
-@pytest.mark.xfail(
-    reason="core capture leaves a fake input that views a leaf and was made under no_grad broken: its "
-    "is_leaf raises 'A view was created in no_grad mode and its base ... modified inplace with grad mode "
-    "enabled' in every stage (functionalize too, on one input)",
-    strict=False,
-)
 @pytest.mark.parametrize("pipeline_name", ["stages_only", "full"])
 def test_called_under_no_grad_on_views_of_a_leaf(pipeline_name: str, request: pytest.FixtureRequest) -> None:
     compile = request.getfixturevalue(pipeline_name)
     leaf = torch.randn(6, dtype=torch.float64, requires_grad=True)
     with torch.no_grad():
-        check(mutate_first, leaf[0:3], leaf[2:5], compile=compile, check_grads=False)
+        check(mutate_first, leaf[0:3], leaf[2:5], compile=compile)

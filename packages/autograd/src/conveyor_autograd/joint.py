@@ -86,11 +86,9 @@ def _is_differentiable_dtype(v: Any) -> bool:
 
 
 def fresh_leaves(inputs: Sequence[Any], fake_mode: Any) -> list[Any]:
-    """Note [Fresh primals]: a request's fake inputs may carry autograd history
-    from an outer stage's trace (an in-place op run on them while tracing
-    records a ``grad_fn``, which restoring their metadata does not undo).
-    Differentiating with respect to them would follow that stale history into
-    other inputs. The joint trace uses detached leaves with the same storage,
+    """Note [Fresh primals]: a request's fake inputs may be non-leaves (they
+    describe the caller's tensors, history included). Differentiating with
+    respect to them would follow that history into other inputs. The joint trace uses detached leaves with the same storage,
     metadata and ``requires_grad`` instead."""
     with fake_mode, torch.no_grad():
         return [

@@ -187,12 +187,11 @@ def retrace(
 ) -> torch.fx.GraphModule:
     """Trace a flat function into an aten graph under ``fake_mode``.
 
-    ``fn`` takes the flat inputs and returns a tuple of outputs. The fake
-    inputs are left as they were found (Note [Tracing leaves fake inputs
-    alone]). Tracing errors caused by data-dependent control flow become a
-    :class:`CaptureError` that says so.
+    ``fn`` takes the flat inputs and returns a tuple of outputs. The trace
+    runs on stand-ins for the fake inputs, which it leaves untouched
+    (Note [Tracing on stand-ins]). Tracing errors caused by data-dependent
+    control flow become a :class:`CaptureError` that says so.
     """
-    before = [_InputState.of(t) for t in fake_inputs]
 
     def tagged(*flat: Any) -> Any:
         with GradModeTagger():  # every node learns the grad mode it ran under
@@ -200,44 +199,54 @@ def retrace(
 
     try:
         with fake_mode:
-            return make_fx(tagged, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)(*fake_inputs)
+            stand_ins = _stand_ins(fake_inputs)
+            return make_fx(tagged, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)(*stand_ins)
     except Exception as exc:
         if _is_data_dependent(exc):
             raise CaptureError(f"capture: {type(exc).__name__}: {exc}\n{_FLOW_HINT}") from exc
         raise
-    finally:
-        with fake_mode, torch.no_grad():
-            for t, state in zip(fake_inputs, before):
-                if state is not None:
-                    state.restore(t)
 
 
-@dataclass(frozen=True)
-class _InputState:
-    """Note [Tracing leaves fake inputs alone]: ``make_fx`` runs the program on
-    the fake inputs it is given, so an in-place metadata op (``t_``,
-    ``as_strided_``, ``set_``...) changes them. A request's inputs describe
-    what the caller passes, so every trace puts them back as they were."""
+def _stand_ins(fake_inputs: Sequence[Any]) -> list[Any]:
+    """Note [Tracing on stand-ins]: ``make_fx`` runs the program on the
+    tensors it is given, so an in-place op (``mul_``, ``t_``, ``set_``...)
+    would change a request's fake inputs: their metadata, and their autograd
+    state (a version bump, a ``grad_fn``, a no-grad view "modified in place
+    with grad enabled" that then raises on ``is_leaf``). A request's inputs
+    describe what the caller passes, so each trace runs on stand-ins: the
+    same storage, metadata and ``requires_grad``, and the same leafness, so
+    that an in-place op on a leaf (or a view of one) that requires grad
+    fails as in eager and one on a non-leaf does not."""
+    stand_ins: list[Any] = []
+    leaves: dict[int, torch.Tensor] = {}  # id(fake base) -> its stand-in leaf
 
-    storage: Any
-    size: tuple[Any, ...]
-    stride: tuple[Any, ...]
-    offset: Any
-    requires_grad: bool
+    def leaf(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in leaves:
+            with torch.no_grad():  # not detach(): that would share the version counter
+                fresh = torch.empty(0, dtype=t.dtype, device=t.device)
+                fresh.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+            leaves[id(t)] = fresh.requires_grad_(t.requires_grad)
+        return leaves[id(t)]
 
-    @staticmethod
-    def of(t: Any) -> _InputState | None:
+    def stand_in(t: torch.Tensor) -> torch.Tensor:
+        if not t.requires_grad or t.is_leaf:
+            return leaf(t)
+        with torch.enable_grad():
+            if t._base is not None and t._base.is_leaf and t._base.requires_grad:
+                # a view of a leaf: in-place ops raise as in eager
+                return leaf(t._base).as_strided(t.size(), t.stride(), t.storage_offset())
+            # a non-leaf: same storage, not a view, no history to follow
+            return torch._C._functions.DelayedError("conveyor: a traced input has no history", 1)(leaf(t))
+
+    made: dict[int, Any] = {}  # the same object in several positions stays one object
+    for t in fake_inputs:
         if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
-            return None
-        return _InputState(t.untyped_storage(), tuple(t.size()), t.stride(), t.storage_offset(), t.requires_grad)
-
-    def restore(self, t: torch.Tensor) -> None:
-        if t.untyped_storage()._cdata != self.storage._cdata:
-            t.set_(self.storage, self.offset, self.size, self.stride)
-        elif (tuple(t.size()), t.stride(), t.storage_offset()) != (self.size, self.stride, self.offset):
-            t.as_strided_(self.size, self.stride, self.offset)
-        if t.requires_grad != self.requires_grad and t.is_leaf:
-            t.requires_grad_(self.requires_grad)
+            stand_ins.append(t)
+            continue
+        if id(t) not in made:
+            made[id(t)] = stand_in(t)
+        stand_ins.append(made[id(t)])
+    return stand_ins
 
 
 def _is_data_dependent(exc: BaseException) -> bool:

@@ -60,9 +60,35 @@ def _writes(node: torch.fx.Node) -> bool:
     return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
+def _written_args(node: torch.fx.Node) -> list[Any]:
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    written = []
+    for j, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            written.append(node.args[j] if j < len(node.args) else node.kwargs.get(arg.name))
+    return written
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return (
+        schema is not None
+        and not _writes(node)
+        and any(r.alias_info is not None for r in schema.returns)
+    )
+
+
 def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.GraphModule:
     """Insert ``aten.detach`` after no-grad results that would otherwise
-    require grad when the graph is replayed with grad enabled."""
+    require grad when the graph is replayed with grad enabled.
+
+    A view taken under ``no_grad`` stays attached for the writes made
+    through it and for the views taken of it in the same region (a write
+    through it must reach its base, whose autograd identity the stages keep);
+    every other use reads the detached value, as eager's gradients never flow
+    through such a view."""
     would_require: dict[torch.fx.Node, bool] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, value in zip(placeholders, inputs, strict=False):
@@ -75,13 +101,24 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
         if node.meta.get(GRAD_META, True) or _writes(node):
             would_require[node] = from_grad
             continue
-        would_require[node] = False
         val = node.meta.get("val")
+        view = _is_view(node)
+        would_require[node] = from_grad and view
         if from_grad and isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex()):
             with gm.graph.inserting_after(node):
                 detached = gm.graph.call_function(torch.ops.aten.detach.default, (node,))
             detached.meta["val"] = val
-            node.replace_all_uses_with(detached, delete_user_cb=lambda user, d=detached: user is not d)
+
+            def reads_detached(
+                user: torch.fx.Node, node: torch.fx.Node = node, detached: torch.fx.Node = detached, view: bool = view
+            ) -> bool:
+                if user is detached:
+                    return False
+                if view and not user.meta.get(GRAD_META, True):
+                    return not (_is_view(user) or any(w is node for w in _written_args(user)))
+                return True
+
+            node.replace_all_uses_with(detached, delete_user_cb=reads_detached)
             changed = True
     if changed:
         gm.recompile()

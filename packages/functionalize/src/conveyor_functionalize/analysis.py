@@ -45,7 +45,9 @@ def analyze_run(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: A
     inputs = tuple(inputs)
     with fake_mode:
         run = run_functional(graph, inputs)
-    infos = _with_swap_targets(tuple(_input_info(arg, f) for arg, f in zip(inputs, run.f_inputs)), run)
+    infos = _with_swap_targets(
+        tuple(_input_info(arg, f, g) for arg, f, g in zip(inputs, run.f_inputs, run.grad_fns_before)), run
+    )
     _check_no_mutated_aliases(inputs, infos)
     outputs, num_bases = _classify_outputs(run, infos)
     return ProgramMeta(infos, outputs, num_bases), run
@@ -55,7 +57,7 @@ def _storage(t: torch.Tensor) -> StorageWeakRef | None:
     return StorageWeakRef(t.untyped_storage()) if t.layout is torch.strided else None
 
 
-def _input_info(arg: Any, f_arg: Any) -> InputInfo:
+def _input_info(arg: Any, f_arg: Any, grad_fn_before: Any) -> InputInfo:
     if not isinstance(arg, torch.Tensor):
         return InputInfo()
     elem = f_arg.elem
@@ -65,14 +67,20 @@ def _input_info(arg: Any, f_arg: Any) -> InputInfo:
         after.size() != arg.size() or after.stride() != arg.stride() or after.storage_offset() != arg.storage_offset()
     )
     mutates_data = bool(torch._functionalize_has_data_mutation(elem)) and not storage_changed
+    # the functional wrapper runs below nothing but above autograd: a write
+    # autograd did not record (``a.detach().mul_(2)``, a write under
+    # ``no_grad``) leaves its grad_fn as it was; eager's input keeps its
+    # autograd identity then too
+    hidden = bool(torch._functionalize_are_all_mutations_hidden_from_autograd(elem)) or (
+        mutates_data and arg.requires_grad and f_arg.grad_fn is grad_fn_before
+    )
     return InputInfo(
         mutates_data=mutates_data,
         mutates_metadata=storage_changed or metadata_changed,
         mutates_storage=storage_changed,
         mutations_under_no_grad=mutates_data
         and bool(torch._functionalize_are_all_mutations_under_no_grad_or_inference_mode(elem)),
-        mutations_hidden_from_autograd=(mutates_data or storage_changed or metadata_changed)
-        and bool(torch._functionalize_are_all_mutations_hidden_from_autograd(elem)),
+        mutations_hidden_from_autograd=(mutates_data or storage_changed or metadata_changed) and hidden,
         requires_grad=arg.requires_grad,
         is_leaf=arg.is_leaf,
     )

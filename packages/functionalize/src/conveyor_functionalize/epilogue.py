@@ -154,7 +154,7 @@ def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functi
         after = torch._from_functional_tensor(f_input.elem)
         geometry = concrete(after, f"input {i} (its metadata is mutated)")
     slot = layout.updated_input_slot(i) if i in layout.updated_inputs else None
-    no_grad = info.mutations_under_no_grad or not f_input.requires_grad
+    no_grad = info.mutations_under_no_grad or info.mutations_hidden_from_autograd or not f_input.requires_grad
     metadata_grad = records_grad and info.requires_grad and not info.is_leaf
     clone_first = records_grad and info.mutates_data
     return Mutation(

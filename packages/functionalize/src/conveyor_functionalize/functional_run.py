@@ -34,6 +34,10 @@ class FunctionalRun:
 
     f_inputs: tuple[Any, ...]
     f_outputs: tuple[Any, ...]
+    #: each input wrapper's ``grad_fn`` before the program ran: a data
+    #: mutation that leaves it unchanged was hidden from autograd (done under
+    #: ``no_grad`` or through a ``detach``-ed alias), as in eager
+    grad_fns_before: tuple[Any, ...] = ()
 
 
 def to_functional(value: Any) -> Any:
@@ -67,10 +71,11 @@ def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], *, for_tr
     # see SymInts under symbolic shapes, as make_fx and AOTAutograd enable it
     with disable_above, enable_python_dispatcher(), FunctionalTensorMode():
         f_inputs = tuple(to_functional(v) for v in inputs)
+        grad_fns = tuple(f.grad_fn if isinstance(f, torch.Tensor) else None for f in f_inputs)
         outs = IdentityKeepingInterpreter(graph).run(*f_inputs) if for_trace else call_graph(graph, f_inputs)
         for f in f_inputs:
             if isinstance(f, FunctionalTensor):
                 torch._sync(f)
     if not isinstance(outs, (tuple, list)):
         raise TypeError(f"the graph must return a tuple of outputs, not {type(outs).__name__}")
-    return FunctionalRun(f_inputs, tuple(outs))
+    return FunctionalRun(f_inputs, tuple(outs), grad_fns)

@@ -17,6 +17,10 @@ write through a view keeps the identity of the view's base. The
 addition is dispatched below autograd with grad mode still on, so it is
 neither a write autograd checks (leaves) nor a node the no-grad detach pass
 cuts.
+
+The same holds for a write through a ``detach``-ed alias in grad mode
+(``a.detach().mul_(2)``): autograd does not record it, so ``a`` keeps its
+identity in eager, and the functional graph adds ``z`` to ``a`` likewise.
 """
 
 from __future__ import annotations
@@ -34,9 +38,21 @@ def zero_with_identity_grad(t: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(detached), detached - t, 0.0).neg()
 
 
-def _written(n: torch.fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+def _base(t: torch.Tensor) -> torch.Tensor:
+    return t._base if t._base is not None else t
+
+
+def _written(
+    n: torch.fx.Node,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    detached_from: dict[torch.fx.Node, torch.Tensor],
+    only_detached: bool,
+) -> list[torch.Tensor]:
     """The tensors a node writes that require grad; for a write through a
-    view, the view's base (the whole tensor keeps its identity)."""
+    view, the view's base (the whole tensor keeps its identity); for a write
+    through a ``detach``-ed alias, the base of what it was detached from.
+    With ``only_detached``, only the latter (autograd records the others)."""
     schema = getattr(n.target, "_schema", None)
     if schema is None:
         return []
@@ -44,27 +60,62 @@ def _written(n: torch.fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     for j, arg in enumerate(schema.arguments):
         if arg.alias_info is not None and arg.alias_info.is_write:
             value = args[j] if j < len(args) else kwargs.get(arg.name)
+            node = n.args[j] if j < len(n.args) else n.kwargs.get(arg.name)
+            if isinstance(node, torch.fx.Node) and node in detached_from:
+                value = detached_from[node]
+            elif only_detached:
+                continue
             if isinstance(value, torch.Tensor):
-                base = value._base if value._base is not None else value
+                base = _base(value)
                 if base.requires_grad and not any(base is v for v in values):
                     values.append(base)
     return values
 
 
+def _is_view(n: torch.fx.Node) -> bool:
+    schema = getattr(n.target, "_schema", None)
+    return (
+        schema is not None
+        and bool(schema.returns)
+        and schema.returns[0].alias_info is not None
+        and not schema.returns[0].alias_info.is_write
+    )
+
+
 class IdentityKeepingInterpreter(torch.fx.Interpreter):
     """Runs each node under its captured grad mode, and keeps the autograd
-    identity of tensors written under ``no_grad`` (Note [No-grad writes keep
-    autograd identity]). Use it under ``FunctionalTensorMode``."""
+    identity of tensors written under ``no_grad`` or through a ``detach``-ed
+    alias (Note [No-grad writes keep autograd identity]: eager's
+    ``a.detach().mul_(2)`` changes ``a``'s values, not its autograd node).
+    Use it under ``FunctionalTensorMode``."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        super().__init__(module)
+        # detach-ed aliases (and views of them) -> the tensor requiring grad they alias
+        self.detached_from: dict[torch.fx.Node, torch.Tensor] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        if n.meta.get(GRAD_META, True):
-            return super().run_node(n)
         args, kwargs = self.fetch_args_kwargs_from_env(n)
-        written = _written(n, args, kwargs) if torch.is_grad_enabled() else []
+        grad_mode = n.meta.get(GRAD_META, True)
+        written = _written(n, args, kwargs, self.detached_from, grad_mode) if torch.is_grad_enabled() else []
         zeros = [zero_with_identity_grad(t) for t in written]
-        with torch.no_grad():
+        if grad_mode:
             out = super().run_node(n)
+        else:
+            with torch.no_grad():
+                out = super().run_node(n)
         with torch._C._AutoDispatchBelowAutograd():
             for t, z in zip(written, zeros, strict=True):
                 t.add_(z)
+        self._track_detach(n, args, out)
         return out
+
+    def _track_detach(self, n: torch.fx.Node, args: tuple[Any, ...], out: Any) -> None:
+        if n.op != "call_function" or not isinstance(out, torch.Tensor) or not args:
+            return
+        src = n.args[0] if isinstance(n.args[0], torch.fx.Node) else None
+        if src is not None and src in self.detached_from and _is_view(n):
+            self.detached_from[n] = self.detached_from[src]
+        elif n.target is torch.ops.aten.detach.default and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+            self.detached_from[n] = args[0]
+
