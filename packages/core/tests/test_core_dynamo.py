@@ -71,3 +71,20 @@ def test_aliasing_pattern_not_seen_at_lowering_recompiles_statically():
     base = torch.arange(8.0)
     check(f, torch.arange(4.0), torch.ones(4), compile=lambda fn: f_c)
     check(f, base[:4], base[4:], compile=lambda fn: f_c)  # disjoint views of one storage
+
+
+def test_scalars_read_with_item_under_dynamic_shapes():
+    # dynamic=True passes LayerNorm's eps as a 0-d tensor read with .item()
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.GELU())
+    for batch in (3, 7):
+        check(m, torch.randn(batch, 8), compile=lambda mod: torch.compile(mod, backend="conveyor", dynamic=True))
+
+
+def test_a_scalar_tensor_read_with_item_is_specialized_by_value():
+    def f(x, t):
+        return x * t.item()
+
+    f_c = torch.compile(f, backend="conveyor", dynamic=True)
+    x = torch.randn(4)
+    torch.testing.assert_close(f_c(x, torch.tensor(2.0)), x * 2.0)
+    torch.testing.assert_close(f_c(x, torch.tensor(3.0)), x * 3.0)

@@ -7,10 +7,17 @@ dynamo's guard set). Dynamo guards sizes and strides itself; at run time we
 check only what dynamo does not: grad mode, which inputs share storage, and
 what stages specialize on. A different answer compiles again, with static
 shapes, for that pattern.
+
+Note [Scalars read with item()]: under ``dynamic=True`` dynamo passes Python
+floats (``LayerNorm``'s ``eps``) as 0-d tensor inputs that the graph reads
+with ``.item()``, which a fake trace cannot follow. We specialize on their
+values: the ``item`` node becomes a constant, and the value is part of the
+run-time key, so another value compiles again.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -41,21 +48,31 @@ class DynamoCompiled:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], pipeline: Pipeline) -> None:
         self.gm = gm
         self.pipeline = pipeline
+        self._items = _read_with_item(gm, example_inputs)
+        # other grad modes / aliasing patterns / scalar values: compiled statically, keyed by shapes too
+        self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]]] = {}
+        self._lowered_key: Hashable = None
+        if any(isinstance(example_inputs[i], FakeTensor) for i in self._items):
+            return  # no values to specialize on yet: the first call compiles
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         fakes = [_fakeify(x, fake_mode) for x in example_inputs]
         # the specialization dynamo compiled for: any sizes dynamo's guards allow
-        self._lowered_key = self._key(fakes, shapes=False)
-        self._lowered = self._compile(fakes, fake_mode)
-        # other grad modes / aliasing patterns: compiled statically, keyed by shapes too
-        self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]]] = {}
+        self._lowered_key = self._key(example_inputs, shapes=False)
+        self._lowered = self._compile(fakes, fake_mode, self._item_values(example_inputs))
+
+    def _item_values(self, flat: Sequence[Any]) -> dict[int, Any]:
+        return {i: flat[i].item() for i in self._items}
 
     def _key(self, flat: Sequence[Any], shapes: bool) -> Hashable:
         stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
         values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
-        return (cache.call_key(flat, shapes=shapes), stage_keys, values)
+        items = tuple(self._item_values(flat).items())
+        return (cache.call_key(flat, shapes=shapes), stage_keys, values, items)
 
-    def _compile(self, fakes: Sequence[Any], fake_mode: Any) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
-        gm = self.gm
+    def _compile(
+        self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]
+    ) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
+        gm = _with_constant_items(self.gm, items)
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
             out = gm(*args)
@@ -74,9 +91,39 @@ class DynamoCompiled:
             if entry is None:
                 fake_mode = FakeTensorMode()
                 fakes = [_fakeify(x, fake_mode, static=True) for x in args]
-                entry = self._static[key] = self._compile(fakes, fake_mode)
+                entry = self._static[key] = self._compile(fakes, fake_mode, self._item_values(args))
         _last_graphs[0] = entry[1]
         return entry[0](list(args))
+
+
+def _read_with_item(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, ...]:
+    """Positions of 0-d tensor inputs the graph reads with ``.item()``
+    (Note [Scalars read with item()])."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return tuple(
+        i
+        for i, (node, x) in enumerate(zip(placeholders, example_inputs, strict=False))
+        if isinstance(x, torch.Tensor)
+        and x.dim() == 0
+        and any(u.op == "call_method" and u.target == "item" for u in node.users)
+    )
+
+
+def _with_constant_items(gm: torch.fx.GraphModule, items: dict[int, Any]) -> torch.fx.GraphModule:
+    """A copy of ``gm`` in which ``.item()`` of the inputs at ``items`` is the
+    given constant."""
+    if not items:
+        return gm
+    gm = copy.deepcopy(gm)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, value in items.items():
+        for item in [u for u in placeholders[i].users if u.op == "call_method" and u.target == "item"]:
+            for user in list(item.users):
+                user.args = torch.fx.node.map_arg(user.args, lambda n, item=item, value=value: value if n is item else n)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n, item=item, value=value: value if n is item else n)
+            gm.graph.erase_node(item)
+    gm.recompile()
+    return gm
 
 
 def _fakeify(x: Any, fake_mode: Any, static: bool = False) -> Any:
