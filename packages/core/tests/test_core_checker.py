@@ -81,3 +81,48 @@ def test_honest_compile_passes_with_mutation_views_and_grads():
         return x.t(), x * y.sum()
 
     check(f, torch.randn(2, 3, requires_grad=True), torch.randn(3), compile=lambda fn: fn)
+
+
+def test_gradients_of_a_mutated_non_leaf_input_reach_its_leaf():
+    def f(x):
+        x.mul_(2)
+        return x.sin()
+
+    x = torch.randn(3, requires_grad=True) * 1
+    check(f, x, compile=lambda fn: fn)  # honest: passes
+
+    with pytest.raises(AssertionError, match="gradient 0"):
+        check(f, torch.randn(3, requires_grad=True) * 1, compile=planted(lambda f, x: _scaled_grad(f(x), 0.5)))
+
+
+def test_complex_outputs_are_differentiated_through_a_real_loss():
+    def f(x):
+        return torch.view_as_complex(x).exp()
+
+    check(f, torch.randn(3, 2, requires_grad=True), compile=lambda fn: fn)
+    with pytest.raises(AssertionError, match="gradient 0"):
+        check(f, torch.randn(3, 2, requires_grad=True), compile=planted(lambda f, x: _scaled_grad(f(x), 0.5j)))
+
+
+def test_a_missing_gradient_must_be_zero_on_the_other_side():
+    x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+    check(lambda x, y: x * 0 + y, x, y, compile=planted(lambda f, x, y: x.detach() * 0 + y))  # zeros vs none
+    with pytest.raises(AssertionError, match="gradient 0"):
+        check(lambda x, y: x + y, x, y, compile=planted(lambda f, x, y: x.detach() + y))
+
+
+def test_a_backward_that_fails_in_eager_must_fail_compiled():
+    def f(x):
+        y = x.sin()
+        out = y.exp()  # saves its result
+        out.mul_(2)  # and changes it: eager's backward raises
+        return out
+
+    check(f, torch.randn(3, requires_grad=True), compile=lambda fn: fn)
+    with pytest.raises(AssertionError, match="eager backward raised"):
+        check(f, torch.randn(3, requires_grad=True), compile=planted(lambda f, x: x.sin().exp() * 2))
+
+
+def _scaled_grad(out, extra):
+    """``out`` by value; its gradient scaled by ``1 + extra``."""
+    return out + extra * (out - out.detach())
