@@ -1,7 +1,7 @@
 """Exact overlap of strided layouts that live in one storage.
 
-Two inputs that share a storage need a synthetic base only if some byte
-belongs to both. Bounds decide most pairs; two dense layouts with
+Two inputs that share a storage interfere (a write to one changes the
+other) only if some byte belongs to both. Bounds decide most pairs; two dense layouts with
 intersecting bounds overlap; what is left is decided by enumerating the
 elements inside the intersection of the bounds. Answers are memoized by
 layout, so the per-call cache key pays for each pattern once.
