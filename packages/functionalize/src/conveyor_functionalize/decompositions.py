@@ -9,6 +9,10 @@ differentiable ops instead: ``src`` converted to ``x``'s dtype and device,
 broadcast to ``x``'s shape, materialized with ``x``'s dense layout, and
 selected over ``x`` with ``where``, so that ``x`` gets the zero gradient eager
 gives it (not none at all).
+
+``bernoulli.p`` is here for the same reason in another guise: the functional
+form must draw the random numbers eager's in-place form draws, element for
+element.
 """
 
 from __future__ import annotations
@@ -45,4 +49,16 @@ def copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     return torch.where(torch.ones((), dtype=torch.bool, device=self.device), value, self)
 
 
-DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {aten.copy.default: copy}
+def bernoulli_p(self: torch.Tensor, p: float = 0.5, *, generator: Any = None) -> Any:
+    """``aten.bernoulli.p``, what ``x.bernoulli_(p)`` functionalizes to, draws
+    into a contiguous buffer; eager's in-place op draws into ``x``'s own
+    layout (``dropout`` on a transposed tensor), so the same seed would put
+    the same numbers at other elements. Draw in ``x``'s memory order instead."""
+    perm = _dense_permutation(self)
+    if perm is None or perm == list(range(self.dim())):
+        return NotImplemented  # traced as it is
+    inverse = [perm.index(d) for d in range(self.dim())]
+    return aten.bernoulli.p(self.permute(perm), p, generator=generator).permute(inverse)
+
+
+DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {aten.copy.default: copy, aten.bernoulli.p: bernoulli_p}
