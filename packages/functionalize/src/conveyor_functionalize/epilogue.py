@@ -49,7 +49,8 @@ class Mutation:
         real ``y``, so the two share storage as in eager.
     :ivar clone_first: hand the inner callable a clone of this input: what it
         saves for backward must not be the tensor the epilogue then writes
-        into (eager's in-place ops save what they need themselves).
+        into, re-strides or swaps (each bumps its version; eager's in-place
+        ops save what they need themselves).
     """
 
     input: InputIdx
@@ -156,7 +157,7 @@ def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functi
     slot = layout.updated_input_slot(i) if i in layout.updated_inputs else None
     no_grad = info.mutations_under_no_grad or info.mutations_hidden_from_autograd or not f_input.requires_grad
     metadata_grad = records_grad and info.requires_grad and not info.is_leaf
-    clone_first = records_grad and info.mutates_data
+    clone_first = records_grad and info.mutated  # set_, as_strided_ and copy_ all bump the version
     return Mutation(
         i, slot, info.mutates_storage, geometry, info.mutates_data, no_grad, metadata_grad, clone_first, storage_of
     )

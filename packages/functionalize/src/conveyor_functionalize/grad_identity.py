@@ -106,7 +106,8 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
                 out = super().run_node(n)
         with torch._C._AutoDispatchBelowAutograd():
             for t, z in zip(written, zeros, strict=True):
-                t.add_(z)
+                if getattr(t, "elem", t).shape == z.shape:  # a set_ onto another shape keeps no identity
+                    t.add_(z)
         self._track_detach(n, args, out)
         return out
 
