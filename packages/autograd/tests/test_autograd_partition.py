@@ -84,3 +84,26 @@ def test_transformer_layer_with_dropout_matches_eager_with_the_same_seed(partiti
     # tensor differs from eager after functionalize even without this stage.
     layer.self_attn.dropout = 0.0
     check(layer, torch.randn(5, 2, 16), compile=pipeline(partitioner), seed=11, atol=1e-5, rtol=1e-4)
+
+
+def _assign_scalar_into_input(x, w):
+    x[:, 0] = 0  # a lifted constant tensor: a get_attr node in the joint graph
+    return x @ w
+
+
+def _scale_by_constant(x):
+    return torch.sin(x) * torch.tensor([1.0, 2.0, 3.0])  # the backward reads the constant
+
+
+@pytest.mark.parametrize(
+    "fn, make_args",
+    [
+        (_assign_scalar_into_input, lambda: (torch.randn(2, 3), torch.randn(3, 3, requires_grad=True))),
+        (_scale_by_constant, lambda: (torch.randn(2, 3, requires_grad=True),)),
+    ],
+    ids=["constant_needed_by_the_forward", "constant_needed_by_the_backward"],
+)
+def test_constant_tensors_of_the_joint_graph_are_copied_into_either_graph(compile_with, fn, make_args) -> None:
+    # regression: get_attr nodes (constant tensors) raised "is needed but is
+    # neither computed nor given" when the partition copied them
+    check(fn, *make_args(), compile=compile_with)

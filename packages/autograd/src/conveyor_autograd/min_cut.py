@@ -61,7 +61,9 @@ def min_cut(joint: JointGraph) -> list[torch.fx.Node]:
         if node in backward_only:
             net.add_edge((node, "in"), SINK, capacity=math.inf)
             continue
-        if node.op == "placeholder" or not is_recomputable(node):
+        if node.op == "get_attr":  # a constant: free to take on either side, never saved
+            pass
+        elif node.op == "placeholder" or not is_recomputable(node):
             net.add_edge(SOURCE, (node, "in"), capacity=math.inf)
         net.add_edge((node, "in"), (node, "out"), capacity=_cost(node))
         for user in node.users:

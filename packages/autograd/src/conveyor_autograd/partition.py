@@ -124,7 +124,7 @@ def _subgraph(
     for node in joint.gm.graph.nodes:
         if node not in needed or node in env:
             continue
-        if node.op != "call_function":
+        if node.op not in ("call_function", "get_attr"):  # get_attr: a constant of the joint graph (copied along)
             raise StageError(STAGE, f"partition: {node.format_node()} is needed but is neither computed nor given")
         env[node] = graph.node_copy(node, env.__getitem__)
     graph.output(tuple(env[r] if isinstance(r, torch.fx.Node) else r for r in results))
