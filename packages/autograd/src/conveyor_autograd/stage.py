@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from conveyor import Lowering, Request, StageError
 
+from conveyor_autograd.grad_mode_ops import with_grad_mode_on
 from conveyor_autograd.joint import STAGE, trace_joint, writing_node
 from conveyor_autograd.min_cut import min_cut
 from conveyor_autograd.partition import Partitioner, Split, save_eager, split
@@ -55,7 +56,7 @@ class Autograd:
 def lower_split(request: Request, parts: Split) -> Lowering:
     """The forward and backward requests of a split, and the run-time wrap."""
     fwd = request.replace(
-        graph=parts.forward,
+        graph=with_grad_mode_on(parts.forward),  # it runs with grad mode off (Note [Grad mode in the compiled forward])
         inputs=_detached(request.inputs, request.fake_mode),
         grad_enabled=False,
         label="forward",
