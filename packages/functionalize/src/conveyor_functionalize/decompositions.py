@@ -10,6 +10,14 @@ broadcast to ``x``'s shape, materialized with ``x``'s dense layout, and
 selected over ``x`` with ``where``, so that ``x`` gets the zero gradient eager
 gives it (not none at all).
 
+``as_strided_scatter`` (a write through an ``as_strided`` view, e.g.
+``fill_diagonal_``) has a derivative formula, but a wrong one: torch's
+``as_strided_scatter_backward`` gives ``self`` the gradient *inside* the
+scattered region and zero outside (the reverse of what it should be; eager
+never differentiates it, only functional graphs do). It is spelled as an
+out-of-place ``index_put`` into ``self``'s buffer, which autograd
+differentiates correctly.
+
 ``bernoulli.p`` is here for the same reason in another guise: the functional
 form must draw the random numbers eager's in-place form draws, element for
 element.
@@ -49,6 +57,21 @@ def copy(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> t
     return torch.where(torch.ones((), dtype=torch.bool, device=self.device), value, self)
 
 
+def as_strided_scatter(
+    self: torch.Tensor, src: torch.Tensor, size: Any, stride: Any, storage_offset: Any = None
+) -> torch.Tensor:
+    """``aten.as_strided_scatter``: ``self.clone()`` (which keeps a dense
+    ``self``'s memory order, else is contiguous) with the ``as_strided``
+    window of its buffer replaced by ``src``."""
+    perm = _dense_permutation(self) or list(range(self.dim()))
+    inverse = [perm.index(d) for d in range(self.dim())]
+    permuted = self.permute(perm)  # memory order of the clone, outermost first
+    buffer = permuted.reshape(-1)
+    positions = torch.arange(buffer.numel(), device=self.device).as_strided(size, stride, storage_offset or 0)
+    out = buffer.index_put((positions.reshape(-1),), src.to(self.dtype).reshape(-1))
+    return out.view(permuted.shape).permute(inverse)
+
+
 def bernoulli_p(self: torch.Tensor, p: float = 0.5, *, generator: Any = None) -> Any:
     """``aten.bernoulli.p``, what ``x.bernoulli_(p)`` functionalizes to, draws
     into a contiguous buffer; eager's in-place op draws into ``x``'s own
@@ -61,4 +84,8 @@ def bernoulli_p(self: torch.Tensor, p: float = 0.5, *, generator: Any = None) ->
     return aten.bernoulli.p(self.permute(perm), p, generator=generator).permute(inverse)
 
 
-DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {aten.copy.default: copy, aten.bernoulli.p: bernoulli_p}
+DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
+    aten.copy.default: copy,
+    aten.bernoulli.p: bernoulli_p,
+    aten.as_strided_scatter.default: as_strided_scatter,
+}
