@@ -761,6 +761,24 @@ def _regression_detach_write_then_view_write(a):
     return a * 3
 
 
+@case("regression_fill_diagonal_", ones_nonleaf((3, 3)))
+def _regression_fill_diagonal_(x):
+    # a write through an as_strided view becomes as_strided_scatter, whose
+    # torch derivative gives self the gradient inside the window, not outside
+    return x.fill_diagonal_(0)
+
+
+@case("regression_as_strided_write", lambda rg: [torch.arange(8.0, requires_grad=rg).mul(1)])
+def _regression_as_strided_write(x):
+    return x.as_strided((2, 2), (1, 4), 1).mul_(3), x * 2
+
+
+@case("regression_as_strided_write_transposed_input", lambda rg: [torch.arange(12.0, requires_grad=rg).mul(1).view(3, 4).t()])
+def _regression_as_strided_write_transposed_input(x):
+    x.as_strided((2,), (5,), 0).add_(10)
+    return x * 1
+
+
 # Expected failures: "<case>-grad" / "<case>-nograd" -> reason (strict xfail).
 _SET_UNDER_NO_GRAD = (
     "functionalize: a.set_(b) under no_grad on an `a` that requires grad: to keep a's autograd identity the "
