@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS
-from conveyor_triton.dtypes import cast, compute_dtype, literal, tl_type
+from conveyor_triton.dtypes import cast, compute_dtype, literal, tl_type, to_stored
 from conveyor_triton.fusion import Group
 from conveyor_triton.ops import RULES, Value
 
@@ -269,7 +269,7 @@ class _Writer:
             index, mask = "xindex", "xmask"
         out = self.lines
         off = self.offset(prefix, arg.rank, index, out, indent)
-        out.append(f"{indent}tl.store({prefix} + {off}, {cast(value, val.dtype, val.dtype)}.to({tl_type(val.dtype)}), mask={mask})")
+        out.append(f"{indent}tl.store({prefix} + {off}, {to_stored(cast(value, val.dtype, val.dtype), val.dtype)}, mask={mask})")
 
 
 def _int_init(kind: str, dtype: torch.dtype) -> str:

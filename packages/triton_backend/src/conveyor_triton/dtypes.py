@@ -5,6 +5,15 @@ kept in float32 inside a kernel and rounded only when stored, as PyTorch's own
 Triton code generation does (and as eager computes each op in float32 before
 rounding its result). An explicit conversion to a 16-bit float rounds on the
 spot, so a program that asks for the rounding gets it.
+
+Note [bfloat16 rounding in the interpreter]: every rounding to a 16-bit
+float is written by :func:`to_stored`. On a GPU, ``x.to(tl.bfloat16)`` rounds
+to nearest even, as eager does; Triton's interpreter truncates instead (its
+``fp_downcast_rounding="rtne"`` rounds halves up), so about half of all
+values came out one bfloat16 ulp off eager's. When interpreting, the
+rounding to nearest even is written out on the float32 bits (NaN kept as
+it is), and the result is moved to bfloat16 by its bits (the interpreter's
+conversion also flushes subnormals to zero).
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ import math
 from typing import Any
 
 import torch
+
+from conveyor_triton.interpreter import interpreting
 
 _TL = {
     torch.float16: "tl.float16",
@@ -49,10 +60,30 @@ def cast(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
         held = expr if compute_dtype(src) is torch.float32 else f"{expr}.to(tl.float32)"
         if src is dst:
             return held
+        if dst is torch.bfloat16 and interpreting():
+            return _round_bf16(held)
         return f"{held}.to({tl_type(dst)}).to(tl.float32)"
     if compute_dtype(src) is dst:
         return expr
     return f"{expr}.to({tl_type(dst)})"
+
+
+def _round_bf16(expr: str) -> str:
+    """A float32 value rounded to the nearest even bfloat16, still as float32
+    (Note [bfloat16 rounding in the interpreter])."""
+    bits = f"({expr}).to(tl.int32, bitcast=True)"
+    rounded = f"(({bits} + (0x7FFF + (({bits} >> 16) & 1))) & -65536).to(tl.float32, bitcast=True)"
+    return f"tl.where(({expr}) != ({expr}), ({expr}), {rounded})"
+
+
+def to_stored(expr: str, dtype: torch.dtype) -> str:
+    """A value held for ``dtype`` (:func:`compute_dtype`) as the type a
+    tensor of ``dtype`` is stored as, 16-bit floats rounded to nearest even
+    (Note [bfloat16 rounding in the interpreter])."""
+    if dtype is torch.bfloat16 and interpreting():
+        top = f"({_round_bf16(expr)}.to(tl.int32, bitcast=True) >> 16)"
+        return f"{top}.to(tl.int16).to(tl.bfloat16, bitcast=True)"
+    return f"{expr}.to({tl_type(dtype)})"
 
 
 def literal(value: Any) -> str:
