@@ -128,11 +128,13 @@ def _bf16_roundings(x, h):
 def test_bfloat16_rounds_to_nearest_even_as_eager(triton_only):
     # regression: Triton's interpreter truncates float32 -> bfloat16, so about
     # half of the values came out one ulp off eager (Note [bfloat16 rounding
-    # in the interpreter]); now bit for bit, ties, NaN, inf and subnormals included
+    # in the interpreter]), and its bfloat16 -> float32 conversion gets
+    # subnormals wrong; now bit for bit, ties, NaN, inf and subnormals included
     special = torch.tensor([float("inf"), float("-inf"), float("nan"), 3.3895e38, 1e-40, -1e-40, -0.0])
     ties = torch.tensor([0x3F808000, 0x3F818000, 0x3F80C000, 0x3F818001], dtype=torch.int64).to(torch.int32).view(torch.float32)
     x = torch.cat([torch.randn(4096), special, ties, -ties])
-    check(_bf16_roundings, x, torch.randn(x.numel()).to(torch.bfloat16), compile=triton_only(), atol=0, rtol=0)
+    h = torch.cat([special, torch.randn(x.numel() - special.numel())]).to(torch.bfloat16)  # loaded subnormals too
+    check(_bf16_roundings, x, h, compile=triton_only(), atol=0, rtol=0)
 
 
 def test_fusion_groups(triton_only):

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS
-from conveyor_triton.dtypes import cast, compute_dtype, literal, tl_type, to_stored
+from conveyor_triton.dtypes import cast, compute_dtype, from_stored, literal, tl_type, to_stored
 from conveyor_triton.fusion import Group
 from conveyor_triton.ops import RULES, Value
 
@@ -117,9 +117,7 @@ class _Writer:
         index, mask = self.scope_index(scope)
         off = self.offset(prefix, arg.rank, index, out, indent)
         name = self.fresh("l")
-        value = f"tl.load({prefix} + {off}, mask={mask}, other=0)"
-        if compute_dtype(dtype) is not dtype:
-            value += ".to(tl.float32)"
+        value = from_stored(f"tl.load({prefix} + {off}, mask={mask}, other=0)", dtype)
         out.append(f"{indent}{name} = {value}")
         self.loads[key] = name
         return name

@@ -12,8 +12,8 @@ to nearest even, as eager does; Triton's interpreter truncates instead (its
 ``fp_downcast_rounding="rtne"`` rounds halves up), so about half of all
 values came out one bfloat16 ulp off eager's. When interpreting, the
 rounding to nearest even is written out on the float32 bits (NaN kept as
-it is), and the result is moved to bfloat16 by its bits (the interpreter's
-conversion also flushes subnormals to zero).
+it is), and bfloat16 values move to and from float32 by their bits (the
+interpreter's conversions also get subnormals wrong).
 """
 
 from __future__ import annotations
@@ -74,6 +74,17 @@ def _round_bf16(expr: str) -> str:
     bits = f"({expr}).to(tl.int32, bitcast=True)"
     rounded = f"(({bits} + (0x7FFF + (({bits} >> 16) & 1))) & -65536).to(tl.float32, bitcast=True)"
     return f"tl.where(({expr}) != ({expr}), ({expr}), {rounded})"
+
+
+def from_stored(expr: str, dtype: torch.dtype) -> str:
+    """A loaded value of ``dtype`` as it is held in a kernel (:func:`compute_dtype`);
+    bfloat16 moved to float32 by its bits in the interpreter (Note [bfloat16
+    rounding in the interpreter]: its conversion gets subnormals wrong)."""
+    if compute_dtype(dtype) is dtype:
+        return expr
+    if dtype is torch.bfloat16 and interpreting():
+        return f"({expr}.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)"
+    return f"{expr}.to(tl.float32)"
 
 
 def to_stored(expr: str, dtype: torch.dtype) -> str:
