@@ -107,3 +107,13 @@ def test_constant_tensors_of_the_joint_graph_are_copied_into_either_graph(compil
     # regression: get_attr nodes (constant tensors) raised "is needed but is
     # neither computed nor given" when the partition copied them
     check(fn, *make_args(), compile=compile_with)
+
+
+@pytest.mark.parametrize("partitioner", ["min_cut", "save_eager"])
+def test_error_checks_stay_in_the_forward_graph(partitioner: str) -> None:
+    # aten._linalg_check_errors has no users: the partition keeps it because it is effectful
+    compiled = pipeline(partitioner)(torch.linalg.inv)
+    with pytest.raises(torch.linalg.LinAlgError):
+        compiled(torch.zeros(3, 3, requires_grad=True))
+    a = torch.randn(3, 3) + 3 * torch.eye(3)
+    check(torch.linalg.inv, a.requires_grad_(), compile=pipeline(partitioner))

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._higher_order_ops.effects import has_effects
 
 aten = torch.ops.aten
 
@@ -57,6 +58,13 @@ def is_random(node: torch.fx.Node) -> bool:
     """The op draws from the random number generator."""
     target = node.target
     return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+
+
+def is_effectful(node: torch.fx.Node) -> bool:
+    """torch marks the op as having side effects (``aten._linalg_check_errors``
+    raises on a singular matrix): it must run even though nothing uses it."""
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and has_effects(target)
 
 
 def is_view(node: torch.fx.Node) -> bool:

@@ -27,7 +27,7 @@ from conveyor import StageError
 
 from conveyor_autograd.joint import STAGE, JointGraph
 from conveyor_autograd.layout import AutogradLayout
-from conveyor_autograd.ops import is_random
+from conveyor_autograd.ops import is_effectful, is_random
 
 Partitioner = Callable[[JointGraph], Sequence[torch.fx.Node]]
 
@@ -98,8 +98,9 @@ def split(joint: JointGraph, saved: Sequence[torch.fx.Node]) -> Split:
         num_saved_tensors=len(tensors),
         num_saved_symbols=len(symbols),
     )
-    randoms = [n for n in joint.gm.graph.nodes if joint.is_forward(n) and is_random(n)]
-    forward = _subgraph(joint, joint.primals, [*joint.outputs, *saved_order], keep=randoms)
+    # random ops advance the RNG as in eager; effectful ones (error checks) must raise as in eager
+    kept = [n for n in joint.gm.graph.nodes if joint.is_forward(n) and (is_random(n) or is_effectful(n))]
+    forward = _subgraph(joint, joint.primals, [*joint.outputs, *saved_order], keep=kept)
     backward = _subgraph(joint, (*saved_order, *joint.tangents), joint.grads, keep=())
     return Split(forward, backward, layout, saved_order)
 
@@ -113,7 +114,7 @@ def _subgraph(
     """A graph with ``inputs`` as placeholders that computes ``results``
     (nodes or constants) with the joint graph's nodes between them. ``keep``
     nodes are computed even when unused (random ops: they advance the RNG as
-    in eager)."""
+    in eager; effectful ops: they raise as in eager)."""
     boundary = frozenset(inputs)
     needed = ancestors([*(r for r in results if isinstance(r, torch.fx.Node)), *keep], stop=boundary)
     graph = torch.fx.Graph()

@@ -14,15 +14,19 @@ to collect :class:`~conveyor_functionalize.meta.ProgramMeta`, once inside
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from conveyor import call_graph
 from torch._dispatch.python import enable_python_dispatcher
+from torch._higher_order_ops.effects import has_effects
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+from torch.utils._python_dispatch import _disable_infra_mode
 
 from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
 
@@ -72,6 +76,7 @@ def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], *, for_tr
     with disable_above, enable_python_dispatcher(), FunctionalTensorMode():
         f_inputs = tuple(to_functional(v) for v in inputs)
         grad_fns = tuple(f.grad_fn if isinstance(f, torch.Tensor) else None for f in f_inputs)
+        graph = _effects_outside(graph)
         outs = IdentityKeepingInterpreter(graph).run(*f_inputs) if for_trace else call_graph(graph, f_inputs)
         for f in f_inputs:
             if isinstance(f, FunctionalTensor):
@@ -79,3 +84,36 @@ def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], *, for_tr
     if not isinstance(outs, (tuple, list)):
         raise TypeError(f"the graph must return a tuple of outputs, not {type(outs).__name__}")
     return FunctionalRun(f_inputs, tuple(outs), grad_fns)
+
+
+def call_outside_functionalization(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op`` on the plain tensors behind functional ones, below
+    ``FunctionalTensorMode``.
+
+    Note [Effectful ops]: torch marks ops with side effects (such as
+    ``aten._linalg_check_errors``, which raises on a singular matrix in
+    ``linalg.inv`` or ``linalg.cholesky``) as effectful; functionalization would
+    thread effect tokens through the program for them, as AOTAutograd does.
+    They write no tensor, so we run them as they are, in program order, on the
+    synced values: a trace records them, and they raise as in eager."""
+    args, kwargs = pytree.tree_map_only(FunctionalTensor, from_functional, (args, kwargs))
+    with contextlib.contextmanager(_disable_infra_mode)(torch._C._TorchDispatchModeKey.FUNCTIONAL):
+        return op(*args, **kwargs)
+
+
+def _effects_outside(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``graph``, with each effectful op called through
+    :func:`call_outside_functionalization` (a copy; ``graph`` is unchanged)."""
+    if not any(_effectful(n) for n in graph.graph.nodes):
+        return graph
+    new = torch.fx.Graph()
+    new.output(new.graph_copy(graph.graph, {}))
+    for node in new.nodes:
+        if _effectful(node):
+            node.args = (node.target, *node.args)
+            node.target = call_outside_functionalization
+    return torch.fx.GraphModule(graph, new)
+
+
+def _effectful(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and has_effects(node.target)
