@@ -66,6 +66,10 @@ def _input_info(arg: Any, f_arg: Any, grad_fn_before: Any) -> InputInfo:
     metadata_changed = bool(torch._functionalize_has_metadata_mutation(elem)) and (
         after.size() != arg.size() or after.stride() != arg.stride() or after.storage_offset() != arg.storage_offset()
     )
+    # an out= argument of the wrong size is resized with no metadata flag set
+    metadata_changed = metadata_changed or (
+        bool(torch._functionalize_has_data_mutation(elem)) and after.size() != arg.size()
+    )
     mutates_data = bool(torch._functionalize_has_data_mutation(elem)) and not storage_changed
     # the functional wrapper runs below nothing but above autograd: a write
     # autograd did not record (``a.detach().mul_(2)``, a write under

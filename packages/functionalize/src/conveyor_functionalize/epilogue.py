@@ -189,6 +189,18 @@ def _recipe(k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functio
     raise AssertionError(f"unhandled output kind {info.kind}")
 
 
+def _grow_storage(x: torch.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], offset: int) -> None:
+    """A resize (``resize_``, or an ``out=`` argument of the wrong size)
+    can need more storage than the input has: grow it in place, as eager's
+    resize does, before the input takes its new geometry."""
+    if 0 in sizes:
+        return
+    need = (offset + sum((n - 1) * st for n, st in zip(sizes, strides, strict=True)) + 1) * x.element_size()
+    storage = x.untyped_storage()
+    if storage.nbytes() < need:
+        storage.resize_(need)
+
+
 def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     mutations = plan.mutations
     recipes = plan.outputs
@@ -214,6 +226,7 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
                     real[i].set_(inner_outs[slot])
         for i, sizes, strides, offset, grad in restrides:
             x = real[i]
+            _grow_storage(x, sizes, strides, offset)
             if x.requires_grad and not grad:
                 with torch.no_grad():
                     x.as_strided_(sizes, strides, offset)
