@@ -779,6 +779,20 @@ def _regression_as_strided_write_transposed_input(x):
     return x * 1
 
 
+@case("regression_out_argument_resized", lambda rg: [torch.randn(3, requires_grad=rg), torch.empty(0)], (False,))
+def _regression_out_argument_resized(x, out):
+    # out= resizes an empty input: no metadata-mutation flag, and the
+    # epilogue copied a 3-element value into the 0-element input
+    return torch.add(x, 1, out=out)
+
+
+@case("regression_input_resize_grows", lambda rg: [torch.empty(2)], (False,))
+def _regression_input_resize_grows(o):
+    # the epilogue's as_strided_ went past the input's storage: grow it first
+    o.resize_(4)
+    return o.fill_(1)
+
+
 # Expected failures: "<case>-grad" / "<case>-nograd" -> reason (strict xfail).
 _SET_UNDER_NO_GRAD = (
     "functionalize: a.set_(b) under no_grad on an `a` that requires grad: to keep a's autograd identity the "
@@ -834,6 +848,10 @@ _MODE_XFAIL: dict[str, str] = {
         "functionalize: compiled under inference_mode, views record no _base, so the output analysis takes "
         "tmp.squeeze() for a fresh output and rebuilds tmp.transpose(1, 0) from it with as_strided on the fake "
         "strides, which differ from eager's in a size-1 dim: (4, 4, 1) vs (8, 4, 1)"
+    ),
+    "inference_mode-regression_input_resize_grows": (
+        "functionalize: under inference_mode torch's functionalization refuses the input's resize_ to a larger "
+        "size ('Attempted to resize a view tensor to a larger size') in the functional run"
     ),
     "inference_mode-input_mutation_false_aliasing_overlap3": (
         "synthetic_base: inputs made under inference_mode have no _base; the two overlapping views (as_strided "
