@@ -208,3 +208,43 @@ def test_no_grad_regions_survive_a_stage_that_retraces():
         return y * x
 
     check(f, torch.randn(3), torch.randn(3, requires_grad=True), compile=lambda fn: conveyor.compile(fn, plugins=plugins))
+
+
+def test_tensors_the_program_closes_over_are_read_at_call_time():
+    w = torch.randn(3)
+    compiled = conveyor.compile(lambda x: x * w)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x * w)
+    w.add_(1)  # the same object, a new value
+    torch.testing.assert_close(compiled(x), x * w)
+
+
+def test_writes_into_a_closed_over_tensor_reach_it():
+    counter = torch.zeros(())
+
+    def f(x):
+        counter.add_(1)
+        return x * counter
+
+    compiled = conveyor.compile(f)
+    torch.testing.assert_close(compiled(torch.ones(2)), torch.ones(2))
+    torch.testing.assert_close(compiled(torch.ones(2)), torch.full((2,), 2.0))
+    assert counter.item() == 2
+
+
+def test_gradients_reach_a_closed_over_tensor_that_requires_grad():
+    class Plain(torch.nn.Module):  # a tensor attribute, neither parameter nor buffer
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.randn(3, requires_grad=True)
+
+        def forward(self, x):
+            return (x * self.scale).sin()
+
+    m = Plain()
+    x = torch.randn(3, requires_grad=True)
+    conveyor.compile(m)(x).sum().backward()
+    got = (m.scale.grad.clone(), x.grad.clone())
+    m.scale.grad = x.grad = None
+    m(x).sum().backward()
+    torch.testing.assert_close(got, (m.scale.grad, x.grad))

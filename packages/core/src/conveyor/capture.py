@@ -23,6 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from conveyor.closure import trace_closing_over
 from conveyor.errors import CaptureError
 from conveyor.grad_regions import GradModeTagger, detach_no_grad_results
 
@@ -129,12 +130,14 @@ def capture(
     layout: CallLayout,
     fake_inputs: Sequence[Any],
     fake_mode: Any,
-) -> tuple[torch.fx.GraphModule, CallLayout]:
+) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...], CallLayout]:
     """Trace ``fn`` (or ``module``) into a flat aten graph.
 
     :param fake_inputs: fake values for the flat graph inputs: lifted state
         first, then the tensor leaves of the call.
-    :return: the graph and the layout completed with the output spec.
+    :return: the graph, the tensors ``fn`` closes over (graph inputs after
+        ``fake_inputs``: Note [Tensors a program closes over]) and the
+        layout completed with the output spec.
     """
     out_info: dict[str, Any] = {}
 
@@ -159,8 +162,8 @@ def capture(
         )
         return tuple(v for v in out_leaves if isinstance(v, torch.Tensor))
 
-    graph = trace_user(flat_fn, fake_inputs, fake_mode)
-    return graph, CallLayout(
+    graph, closure = trace_closing_over(lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fake_inputs, fake_mode)
+    return graph, closure, CallLayout(
         layout.in_spec,
         layout.tensor_positions,
         layout.constants,

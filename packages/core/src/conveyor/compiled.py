@@ -32,6 +32,8 @@ class Entry:
     layout: CallLayout
     graphs: tuple[StageGraph, ...]
     backend: str
+    #: tensors the program closes over, passed after the flat arguments
+    closure: tuple[torch.Tensor, ...] = ()
 
 
 class Compiled:
@@ -77,7 +79,7 @@ class Compiled:
             entry = self._compile(flat, state_names, in_spec, leaves, constants)
             self._cache[key] = entry
         self.last = entry
-        outs = entry.compiled(flat)
+        outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
         return entry.layout.unflatten_outputs(outs)
 
     def _key(self, flat: Sequence[Any], spec_key: Hashable, constants: tuple[tuple[int, Any], ...]) -> Hashable:
@@ -110,10 +112,11 @@ class Compiled:
         )
         fake_mode = FakeTensorMode()
         fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
-        graph, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode)
+        graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode)
+        fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
         request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
         compiled, graphs = pipeline.compile(request)
-        return Entry(compiled, layout, graphs, pipeline.backend.name)
+        return Entry(compiled, layout, graphs, pipeline.backend.name, closure)
 
     def _pipeline_for(self, flat: Sequence[Any]) -> Pipeline:
         """The configured pipeline; with no backend configured, ``triton`` for

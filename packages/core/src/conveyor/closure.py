@@ -1,0 +1,79 @@
+"""Tensors a program closes over.
+
+Note [Tensors a program closes over]: a function may use tensors it does not
+take as arguments: a global, a closure cell, a plain tensor attribute of a
+module. Left to ``make_fx`` they would become constants of the graph (and a
+one-element one would even be computed with, and written to, at trace time):
+no gradient would reach them, writes to them would be lost, later changes
+would not be seen. So capture finds them in a first trace, then traces again
+with each one as a graph input after the flat arguments, and every call
+passes the same tensor objects: their current values, writes back into them,
+and gradients into them, as in eager. (Rebinding the name to another tensor
+is not seen: compile again.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.overrides import TorchFunctionMode
+
+Trace = Callable[[Callable[..., Any], Sequence[Any]], torch.fx.GraphModule]
+
+
+class _RealTensors(TorchFunctionMode):
+    """Replaces the real tensors reaching torch functions: by their stand-ins
+    when known (``swaps``: id -> stand-in), otherwise by a fake of their own,
+    recording them in ``found`` (nothing real is ever computed with)."""
+
+    def __init__(self, fake_mode: Any, swaps: dict[int, torch.Tensor]) -> None:
+        super().__init__()
+        self.fake_mode = fake_mode
+        self.swaps = swaps
+        self.found: dict[int, torch.Tensor] = {}
+
+    def _swap(self, t: torch.Tensor) -> torch.Tensor:
+        if isinstance(t, FakeTensor) or type(t) not in (torch.Tensor, torch.nn.Parameter):
+            return t  # fakes, and the tracer's own wrappers
+        if id(t) in self.swaps:
+            return self.swaps[id(t)]
+        self.found.setdefault(id(t), t)
+        return self.fake_mode.from_tensor(t, static_shapes=True)
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        args, kwargs = pytree.tree_map_only(torch.Tensor, self._swap, (args, kwargs or {}))
+        return func(*args, **kwargs)
+
+
+def trace_closing_over(
+    trace: Trace, fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any
+) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    """``trace(fn, fake_inputs)``, with the tensors ``fn`` closes over lifted
+    to inputs after ``fake_inputs``; returns the graph and those tensors."""
+    finder = _RealTensors(fake_mode, {})
+
+    def finding(*flat: Any) -> Any:
+        with finder:
+            return fn(*flat)
+
+    try:
+        graph = trace(finding, fake_inputs)
+    except Exception:
+        if not finder.found:
+            raise
+    if not finder.found:
+        return graph, ()
+    closure = tuple(finder.found.values())
+    n = len(fake_inputs)
+
+    def lifted(*flat: Any) -> Any:
+        with _RealTensors(fake_mode, {id(t): flat[n + k] for k, t in enumerate(closure)}):
+            return fn(*flat[:n])
+
+    extra = [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
+    return trace(lifted, [*fake_inputs, *extra]), closure
