@@ -248,3 +248,33 @@ def test_gradients_reach_a_closed_over_tensor_that_requires_grad():
     m.scale.grad = x.grad = None
     m(x).sum().backward()
     torch.testing.assert_close(got, (m.scale.grad, x.grad))
+
+
+class _StraightThroughRound(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.round()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3  # not the derivative of round: only the custom backward gives it
+
+
+def _with_custom_function(x):
+    return _StraightThroughRound.apply(x * 2).sin()
+
+
+@pytest.mark.parametrize(
+    "compile", [conveyor.compile, lambda fn: torch.compile(fn, backend="conveyor")], ids=["compile", "dynamo"]
+)
+def test_a_custom_autograd_function_needing_grad_runs_eagerly_with_a_warning(compile):
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="conveyor: running .* eagerly: .*autograd.Function"):
+        check(_with_custom_function, torch.randn(3, requires_grad=True), compile=compile)
+
+
+def test_a_custom_autograd_function_without_grad_still_compiles():
+    compiled = conveyor.compile(_with_custom_function)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), _with_custom_function(x))
+    assert conveyor.last_graphs(compiled)[0].stage == "capture"

@@ -19,6 +19,7 @@ from conveyor import cache
 from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError
+from conveyor.fallback import EagerFallback, warn_eager, watching_autograd_functions
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn, Request
@@ -34,6 +35,8 @@ class Entry:
     backend: str
     #: tensors the program closes over, passed after the flat arguments
     closure: tuple[torch.Tensor, ...] = ()
+    #: run the original program instead (Note [Custom autograd functions])
+    eager: bool = False
 
 
 class Compiled:
@@ -79,6 +82,8 @@ class Compiled:
             entry = self._compile(flat, state_names, in_spec, leaves, constants)
             self._cache[key] = entry
         self.last = entry
+        if entry.eager:
+            return self.fn(*args, **kwargs)
         outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
         return entry.layout.unflatten_outputs(outs)
 
@@ -112,7 +117,12 @@ class Compiled:
         )
         fake_mode = FakeTensorMode()
         fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
-        graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode)
+        try:
+            with watching_autograd_functions():
+                graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode)
+        except EagerFallback as exc:
+            warn_eager(getattr(self.fn, "__qualname__", type(self.fn).__qualname__), str(exc))
+            return Entry(_no_compiled, layout, (), "eager (fallback)", eager=True)
         fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
         request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
         compiled, graphs = pipeline.compile(request)
@@ -127,6 +137,10 @@ class Compiled:
                     self._pipelines["triton"] = self.pipeline.with_backend("triton")
                 return self._pipelines["triton"]
         return self.pipeline
+
+
+def _no_compiled(args: list[Any]) -> Sequence[Any]:
+    raise AssertionError("an eager fallback entry has no compiled program")
 
 
 @functools.lru_cache(maxsize=64)

@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from conveyor import cache
 from conveyor.capture import trace_user
 from conveyor.config import resolve
+from conveyor.fallback import has_autograd_function, warn_eager
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn, Request
 
@@ -48,6 +49,10 @@ class DynamoCompiled:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], pipeline: Pipeline) -> None:
         self.gm = gm
         self.pipeline = pipeline
+        self._eager = has_autograd_function(gm)  # Note [Custom autograd functions]
+        if self._eager:
+            warn_eager("a dynamo graph", "it applies a torch.autograd.Function, whose own backward a captured graph cannot keep")
+            return
         self._items = _read_with_item(gm, example_inputs)
         # other grad modes / aliasing patterns / scalar values: compiled statically, keyed by shapes too
         self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]]] = {}
@@ -83,6 +88,8 @@ class DynamoCompiled:
         return self.pipeline.compile(request)
 
     def __call__(self, *args: Any) -> Sequence[Any]:
+        if self._eager:
+            return self.gm(*args)  # type: ignore[no-any-return]
         if self._key(args, shapes=False) == self._lowered_key:
             entry = self._lowered
         else:
