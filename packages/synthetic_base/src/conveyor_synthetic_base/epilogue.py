@@ -49,8 +49,15 @@ class OutputLayout:
         """Run the epilogue on the caller's inputs; return the user's outputs."""
         user = list(inner_outs[: self.user_count])
         for o, after in zip(self.metadata_of, inner_outs[self.user_count :]):
-            with torch.no_grad():
-                outer[o].as_strided_(after.size(), after.stride(), after.storage_offset())
+            t = outer[o]
+            if torch.is_grad_enabled() and t.requires_grad and not t.is_leaf:
+                # eager records the metadata change (``t_()`` gives it a
+                # ``TBackward``): gradients of the input as the program left
+                # it must map back through the new geometry
+                t.as_strided_(after.size(), after.stride(), after.storage_offset())
+            else:
+                with torch.no_grad():
+                    t.as_strided_(after.size(), after.stride(), after.storage_offset())
         for k, o in self.returns_input:
             user[k] = outer[o]
         return user
