@@ -793,6 +793,20 @@ def _regression_input_resize_grows(o):
     return o.fill_(1)
 
 
+def _dupe_and_transposed_view(rg: bool) -> list[Any]:
+    y = torch.randn(3, 3, requires_grad=rg).clone()
+    return [y, y, y.t()]
+
+
+@case("regression_merged_input_metadata_mutation_returned", _dupe_and_transposed_view)
+def _regression_merged_input_metadata_mutation_returned(a, b, c):
+    # synthetic_base's epilogue re-strided the caller's tensor under no_grad:
+    # the gradient of the returned (transposed) input came back untransposed
+    a.mul_(2)
+    b.t_()
+    return a + c, b
+
+
 # Expected failures: "<case>-grad" / "<case>-nograd" -> reason (strict xfail).
 _SET_UNDER_NO_GRAD = (
     "functionalize: a.set_(b) under no_grad on an `a` that requires grad: to keep a's autograd identity the "
