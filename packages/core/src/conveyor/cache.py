@@ -51,8 +51,17 @@ def call_key(flat: Sequence[Any], shapes: bool = True) -> Hashable:
     """The core part of the key for one call's flat graph inputs."""
     return (
         torch.is_grad_enabled(),
+        _autocast_key(),
         tuple(tensor_key(t, shapes) if isinstance(t, torch.Tensor) else _scalar_kind(t) for t in flat),
         storage_groups(flat),
+    )
+
+
+def _autocast_key() -> tuple[Any, ...]:
+    """Autocast changes which dtypes the traced ops compute in."""
+    return tuple(
+        (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None)
+        for device in ("cpu", "cuda")
     )
 
 

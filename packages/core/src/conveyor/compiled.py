@@ -90,6 +90,10 @@ class Compiled:
     def _key(self, flat: Sequence[Any], spec_key: Hashable, constants: tuple[tuple[int, Any], ...]) -> Hashable:
         try:
             hash(constants)
+        except TypeError:  # slices are unhashable before Python 3.12
+            constants = tuple((i, _slice_key(v)) for i, v in constants)
+        try:
+            hash(constants)
         except TypeError as exc:
             bad = next(type(v).__name__ for _, v in constants if not _hashable(v))
             raise CaptureError(
@@ -146,6 +150,10 @@ def _no_compiled(args: list[Any]) -> Sequence[Any]:
 @functools.lru_cache(maxsize=64)
 def _positional_spec(n: int) -> pytree.TreeSpec:
     return pytree.tree_flatten((tuple(range(n)), {}))[1]
+
+
+def _slice_key(v: Any) -> Any:
+    return ("slice", v.start, v.stop, v.step) if isinstance(v, slice) else v
 
 
 def _hashable(v: Any) -> bool:
