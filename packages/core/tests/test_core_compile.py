@@ -278,3 +278,18 @@ def test_a_custom_autograd_function_without_grad_still_compiles():
     x = torch.randn(3)
     torch.testing.assert_close(compiled(x), _with_custom_function(x))
     assert conveyor.last_graphs(compiled)[0].stage == "capture"
+
+
+def test_slice_arguments_are_specialized_by_value():
+    compiled = conveyor.compile(lambda x, s: x[s] * 2)
+    x = torch.randn(6)
+    torch.testing.assert_close(compiled(x, slice(0, 2)), x[0:2] * 2)
+    torch.testing.assert_close(compiled(x, slice(1, 5)), x[1:5] * 2)
+
+
+def test_autocast_state_is_part_of_the_key():
+    compiled = conveyor.compile(torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compiled(x).dtype == torch.bfloat16
+    assert compiled(x).dtype == torch.float32
