@@ -27,7 +27,7 @@ from conveyor.stage import CompiledFn
 from conveyor_functionalize.functional_run import FunctionalRun
 from conveyor_functionalize.layout import FunctionalLayout, InnerOutIdx
 from conveyor_functionalize.meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
-from conveyor_functionalize.views import Geometry, ViewRecipe, concrete
+from conveyor_functionalize.views import Geometry, ViewRecipe, concrete, replayed_geometry
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class EpiloguePlan:
     ) -> EpiloguePlan:
         records_grad = grad_enabled and any(info.requires_grad for info in meta.inputs)
         mutations = tuple(
-            _mutation(InputIdx(i), meta, run, layout, records_grad)
+            _mutation(InputIdx(i), meta, run, layout, records_grad, inputs[i])
             for i, info in enumerate(meta.inputs)
             if info.mutated
         )
@@ -146,7 +146,9 @@ class EpiloguePlan:
         return inner if self.is_identity else _runtime(self, inner)
 
 
-def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, records_grad: bool) -> Mutation:
+def _mutation(
+    i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, records_grad: bool, entry: Any
+) -> Mutation:
     info = meta.inputs[i]
     f_input = run.f_inputs[i]
     storage_of = None if info.swapped_onto is None else InputIdx(info.swapped_onto)
@@ -154,6 +156,9 @@ def _mutation(i: InputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functi
     if info.mutates_metadata and (not info.mutates_storage or storage_of is not None):
         after = torch._from_functional_tensor(f_input.elem)
         geometry = concrete(after, f"input {i} (its metadata is mutated)")
+        replayed = None if info.mutates_storage else replayed_geometry(f_input, entry)
+        if replayed is not None and replayed[0] == geometry[0]:
+            geometry = replayed  # eager's strides and offset (Note [View replay])
     slot = layout.updated_input_slot(i) if i in layout.updated_inputs else None
     no_grad = info.mutations_under_no_grad or info.mutations_hidden_from_autograd or not f_input.requires_grad
     metadata_grad = records_grad and info.requires_grad and not info.is_leaf

@@ -68,6 +68,11 @@ class ViewRecipe:
         """The recipe for functional ``view`` of ``viewed`` (a functional or
         fake tensor)."""
         expected = (tuple(view.size()), tuple(view.stride()), view.storage_offset())
+        replayed = replayed_geometry(view, _plain(viewed))
+        if replayed is not None and replayed[0] == expected[0]:
+            # a view of an input whose data the program writes: the functional
+            # value is a fresh contiguous tensor, eager's view is not
+            expected = replayed
         replay = _checked_replay(view, _plain(viewed), expected) if may_replay else None
         if replay is None and view.dtype != viewed.dtype:  # as_strided cannot change the dtype
             raise StageError(
@@ -75,7 +80,7 @@ class ViewRecipe:
             )
         if replay is not None and not _is_concrete(expected):
             return ViewRecipe(None, replay, not requires_grad)
-        sizes, strides, offset = concrete(view, what)
+        sizes, strides, offset = expected if _is_concrete(expected) else concrete(view, what)
         geometry = (sizes, strides, offset - concrete(viewed, what)[2])
         return ViewRecipe(geometry, replay, not requires_grad)
 
@@ -89,6 +94,27 @@ class ViewRecipe:
         if self.detach and out.requires_grad:
             out = out.detach()
         return out
+
+
+def replayed_geometry(f_tensor: Any, entry: torch.Tensor) -> Geometry | None:
+    """Where the view ops functionalization recorded on ``f_tensor`` (an
+    input's in-place view ops: ``t_``, ``unsqueeze_``...) land when replayed on
+    ``entry``, the fake of that input as the caller passed it: eager's
+    geometry. The functional value's own strides and offset are not: after a
+    data mutation it is a fresh, contiguous tensor. ``None`` when there is
+    nothing to replay or the replay does not apply."""
+    elem = getattr(f_tensor, "elem", None)
+    if elem is None or not torch._is_functional_tensor(elem):
+        return None
+    sequence = _functionalization.get_view_meta_sequence(elem)
+    if not sequence or any(vm.has_symbolic_inputs for vm in sequence):
+        return None
+    try:
+        out = _functionalization.apply_view_meta_sequence(entry, sequence)
+    except Exception:  # a sequence that does not apply is a fallback, not an error
+        return None
+    geometry = (tuple(out.size()), tuple(out.stride()), out.storage_offset())
+    return geometry if _is_concrete(geometry) else None
 
 
 def _is_concrete(geometry: Geometry) -> bool:
