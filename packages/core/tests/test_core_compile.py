@@ -293,3 +293,14 @@ def test_autocast_state_is_part_of_the_key():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert compiled(x).dtype == torch.bfloat16
     assert compiled(x).dtype == torch.float32
+
+
+def test_a_program_that_reseeds_runs_eagerly_with_a_warning():
+    def f(x):
+        torch.manual_seed(3)
+        return x + torch.randn(3)
+
+    with pytest.warns(UserWarning, match="conveyor: running f eagerly: it calls torch.manual_seed"):
+        compiled = conveyor.compile(f)
+        torch.testing.assert_close(compiled(torch.zeros(3)), f(torch.zeros(3)))
+    torch.testing.assert_close(compiled(torch.zeros(3)), f(torch.zeros(3)))  # reseeds on every call

@@ -19,7 +19,7 @@ from conveyor import cache
 from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError
-from conveyor.fallback import EagerFallback, warn_eager, watching_autograd_functions
+from conveyor.fallback import EagerFallback, warn_eager, watching_capture
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn, Request
@@ -122,7 +122,7 @@ class Compiled:
         fake_mode = FakeTensorMode()
         fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
         try:
-            with watching_autograd_functions():
+            with watching_capture():
                 graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode)
         except EagerFallback as exc:
             warn_eager(getattr(self.fn, "__qualname__", type(self.fn).__qualname__), str(exc))

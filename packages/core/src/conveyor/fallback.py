@@ -8,6 +8,11 @@ gradients eager computes. Rather than a wrong gradient, a program that applies
 such a Function to tensors requiring grad runs eagerly, with a warning, for
 that specialization (same grad mode, same ``requires_grad`` flags); the same
 program in inference still compiles.
+
+Note [Seeding inside the program]: ``torch.manual_seed`` (or
+``set_rng_state``) is plain Python: a trace runs it once and records nothing,
+so the compiled program would not reseed on each call as eager does. Such a
+program runs eagerly, with a warning.
 """
 
 from __future__ import annotations
@@ -33,9 +38,40 @@ def warn_eager(what: str, reason: str) -> None:
 
 
 @contextlib.contextmanager
-def watching_autograd_functions() -> Iterator[None]:
+def watching_capture() -> Iterator[None]:
     """While tracing, a custom ``autograd.Function`` applied to tensors that
-    require grad (grad mode on) raises :class:`EagerFallback`."""
+    require grad (grad mode on), or a reseeding of the global generator,
+    raises :class:`EagerFallback`."""
+    with _watching_autograd_functions(), _watching_seeds():
+        yield
+
+
+@contextlib.contextmanager
+def _watching_seeds() -> Iterator[None]:
+    originals = {name: getattr(torch, name) for name in _SEEDING}
+
+    def refusing(name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            raise EagerFallback(f"it calls torch.{name}, which a captured graph cannot replay (Note [Seeding inside the program])")
+
+        return call
+
+    for name in _SEEDING:
+        setattr(torch, name, refusing(name))
+        setattr(torch.random, name, getattr(torch, name))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch, name, fn)
+            setattr(torch.random, name, fn)
+
+
+_SEEDING = ("manual_seed", "seed", "set_rng_state")
+
+
+@contextlib.contextmanager
+def _watching_autograd_functions() -> Iterator[None]:
     original = Function.__dict__["apply"]
 
     def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
