@@ -38,6 +38,12 @@ def zero_with_identity_grad(t: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(detached), detached - t, 0.0).neg()
 
 
+def cancel_grad(t: torch.Tensor) -> torch.Tensor:
+    """``-0.0`` everywhere; d/dt is minus the identity where ``t`` is finite."""
+    detached = t.detach()
+    return torch.where(torch.isfinite(detached), t - detached, 0.0).neg()
+
+
 def _base(t: torch.Tensor) -> torch.Tensor:
     return t._base if t._base is not None else t
 
@@ -104,10 +110,15 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
         else:
             with torch.no_grad():
                 out = super().run_node(n)
+        keep = [(t, z) for t, z in zip(written, zeros, strict=True) if getattr(t, "elem", t).shape == z.shape]
+        # a write through a view leaves the elements it did not write with the
+        # gradient path they had (the scatter into the base): cancel it, so the
+        # tensor's gradient is the identity once, through ``z`` only
+        # (a set_ onto another shape keeps no identity to carry)
+        shifts = [z + cancel_grad(t) for t, z in keep]
         with torch._C._AutoDispatchBelowAutograd():
-            for t, z in zip(written, zeros, strict=True):
-                if getattr(t, "elem", t).shape == z.shape:  # a set_ onto another shape keeps no identity
-                    t.add_(z)
+            for (t, _), shift in zip(keep, shifts, strict=True):
+                t.add_(shift)
         self._track_detach(n, args, out)
         return out
 
