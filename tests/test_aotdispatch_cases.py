@@ -842,6 +842,20 @@ def _regression_strided_input_data_mutation_output_view(a):
     return a.view(a.shape), a
 
 
+@case("regression_detach_of_view_write", ones_nonleaf((3, 3)))
+def _regression_detach_of_view_write(a):
+    # the elements the write did not touch kept their gradient path through
+    # the scatter into a, and got the identity-gradient zero on top: twice
+    a[0].detach().mul_(2)
+    return a * 3
+
+
+@case("regression_detach_write_to_merged_input", lambda rg: _two_views_of(rg, (3, 3), lambda x: [x[0], x]))
+def _regression_detach_write_to_merged_input(a, b):
+    a.detach().mul_(3)
+    return (b * 2,)
+
+
 # Expected failures: "<case>-grad" / "<case>-nograd" -> reason (strict xfail).
 _SET_UNDER_NO_GRAD = (
     "functionalize: a.set_(b) under no_grad on an `a` that requires grad: to keep a's autograd identity the "
