@@ -445,6 +445,15 @@ VARIANTS = {
     "layernorm_2d_shape",
     "batchnorm2d_no_affine_eval",
     "fold_unfold",
+    "upsample_nearest",
+    "maxpool2d",
+    "avgpool2d_padding",
+    "glu",
+    "prelu_per_channel",
+    "layernorm_no_affine",
+    "batchnorm1d_eval",
+    "weight_norm_linear",
+    "conv1d_bias",
 }
 DYNAMO_ZOO = [
     n
@@ -680,6 +689,30 @@ def test_training_loop_matches_eager_triton(compile) -> None:
     train_and_compare(small_cnn, compile, steps=3, **TRITON_TOL)
 
 
+class DataDependent(nn.Module):
+    """A branch on a tensor value: dynamo splits the program there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU())
+        self.b = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        if y.mean() > 0.3:
+            y = y * 2
+        return self.b(y)
+
+
+def data_dependent() -> tuple[nn.Module, Callable[[int], tuple[torch.Tensor, torch.Tensor]]]:
+    step = iter(range(100))
+    return DataDependent(), lambda n: (torch.randn(n, 4) + 0.3 * next(step), torch.randint(0, 3, (n,)))
+
+
+def test_training_loop_across_a_graph_break() -> None:
+    train_and_compare(data_dependent, dynamo_eager, **TRITON_TOL)
+
+
 def test_lstm_traced_by_dynamo_with_allow_rnn() -> None:
     # with allow_rnn dynamo hands nn.LSTM to conveyor: the autograd stage's
     # forward must still produce the oneDNN workspace its backward reads
@@ -739,18 +772,18 @@ def test_plain_tensor_attribute(compile) -> None:
     check(PlainTensorAttribute(), torch.randn(4, 4), compile=compile, **TOL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core cache: the call key (conveyor.cache.call_key) holds the grad mode but not the autocast state; "
-    "a program captured under torch.autocast (with its casts to bfloat16) is reused outside it",
-)
-def test_autocast_state_is_part_of_the_conveyor_compile_cache_key() -> None:
-    model = nn.Linear(4, 2)
-    compiled = conveyor_eager(copy.deepcopy(model))
+@pytest.mark.parametrize("compile", [conveyor_eager, conveyor_triton], ids=entry_id)
+def test_autocast_state_is_part_of_the_conveyor_compile_cache_key(compile) -> None:
+    # the program captured under autocast (with its casts to bfloat16) must not
+    # be reused outside it, nor the one captured outside it under autocast
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    compiled = compile(copy.deepcopy(model))
     x = torch.randn(3, 4)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert compiled(x).dtype == model(x).dtype == torch.bfloat16
-    assert compiled(x).dtype == model(x).dtype == torch.float32
+    for autocast in (True, False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            expected, got = model(x), compiled(x)
+        assert got.dtype == expected.dtype, f"autocast={autocast}: {got.dtype} != eager {expected.dtype}"
+        torch.testing.assert_close(got, expected, msg=lambda m, a=autocast: f"autocast={a}: {m}")
 
 
 @pytest.mark.xfail(
