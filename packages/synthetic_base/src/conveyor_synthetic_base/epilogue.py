@@ -50,6 +50,7 @@ class OutputLayout:
         user = list(inner_outs[: self.user_count])
         for o, after in zip(self.metadata_of, inner_outs[self.user_count :]):
             t = outer[o]
+            version = None if t.is_inference() else t._version  # inference tensors have no version
             if torch.is_grad_enabled() and t.requires_grad and not t.is_leaf:
                 # eager records the metadata change (``t_()`` gives it a
                 # ``TBackward``): gradients of the input as the program left
@@ -58,6 +59,13 @@ class OutputLayout:
             else:
                 with torch.no_grad():
                     t.as_strided_(after.size(), after.stride(), after.storage_offset())
+            # Note [Re-striding after the outputs exist]: eager changes the
+            # metadata before it makes its outputs; here the inner stages have
+            # already made them, some maybe views of the same storage
+            # (``unbind`` outputs, which a version bump on their base
+            # invalidates). The data is unchanged: keep the version.
+            if version is not None:
+                torch._C._autograd._unsafe_set_version_counter((t,), (version,))
         for k, o in self.returns_input:
             user[k] = outer[o]
         return user
