@@ -880,7 +880,6 @@ _SB_EPILOGUE_AFTER_OUTPUTS = (
     "('Output 0 of Unbind is a view and its base ... has been modified inplace')"
 )
 XFAIL: dict[str, str] = {
-    "merged_input_unbind_output_after_metadata_mutation-grad": _SB_EPILOGUE_AFTER_OUTPUTS,
     "input_mutation_set__input_mutation-grad": _SET_UNDER_NO_GRAD,
     "set__and_data_mutation_good-grad": _SET_UNDER_NO_GRAD,
     "input_inplace_requires_grad_true-grad": _CORE_REQUIRES_GRAD_,
