@@ -874,11 +874,6 @@ _CORE_REQUIRES_GRAD_ = (
     "core: capture drops Tensor.requires_grad_() on an input (make_fx records no op for it and the request's "
     "fakes keep requires_grad=False), so no stage knows the output requires grad"
 )
-_SB_EPILOGUE_AFTER_OUTPUTS = (
-    "synthetic_base: its epilogue re-strides the caller's b (as_strided_) after the inner stages built the "
-    "outputs; a.unbind(0)[0], a multi-output view of the same base, is invalidated by that in-place op "
-    "('Output 0 of Unbind is a view and its base ... has been modified inplace')"
-)
 XFAIL: dict[str, str] = {
     "input_mutation_set__input_mutation-grad": _SET_UNDER_NO_GRAD,
     "set__and_data_mutation_good-grad": _SET_UNDER_NO_GRAD,
