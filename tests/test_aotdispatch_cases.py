@@ -18,7 +18,15 @@ and is compared with eager by ``conveyor.testing.check`` (outputs, output /
 input aliasing, inputs after the call, gradients of the leaves behind the
 inputs). Where the original goes on to mutate the outputs it got back
 (``test_mutation=True``), ``check_output_mutation`` does the same on both
-sides and compares again.
+sides and compares again. Each case is checked twice on one compiled
+function (the second call runs the cached specialization), and once more
+under ``torch.no_grad()`` and ``torch.inference_mode()`` (``test_case_grad_mode``).
+
+Cases named ``regression_*`` are not from PyTorch: each pins a bug these
+cases (or random aliasing programs built from the same ingredients) found in
+a stage, and says which.
+
+Strict xfails name the stage at fault and the exact cause.
 """
 
 from __future__ import annotations
