@@ -76,10 +76,12 @@ def check_output_mutation(fn: Callable[..., Any], make: Callable[[], list[Any]])
     e_flat, c_flat = pytree.tree_leaves(e_out), pytree.tree_leaves(c_out)
     assert len(e_flat) == len(c_flat)
     for i, (e, c) in enumerate(zip(e_flat, c_flat, strict=True)):
+        if isinstance(e, torch.Tensor):  # before any mutation invalidates a multi-output view's grad_fn
+            assert c.requires_grad == e.requires_grad, f"output {i}: requires_grad"
+            assert c.is_leaf == e.is_leaf, f"output {i}: is_leaf {c.is_leaf} != eager {e.is_leaf}"
+    for e, c in zip(e_flat, c_flat, strict=True):
         if not isinstance(e, torch.Tensor):
             continue
-        assert c.requires_grad == e.requires_grad, f"output {i}: requires_grad"
-        assert c.is_leaf == e.is_leaf, f"output {i}: is_leaf {c.is_leaf} != eager {e.is_leaf}"
         try:
             e.mul_(2)
         except RuntimeError:
