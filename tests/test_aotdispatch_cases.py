@@ -875,24 +875,16 @@ def _merged_input_unbind_output_after_metadata_mutation(a, b):
 
 
 # Expected failures: "<case>-grad" / "<case>-nograd" -> reason (strict xfail).
+# (requires_grad_(), detach_() and .data = inside the program run eagerly with a
+# warning: Note [Autograd state changed by the program] in conveyor.fallback.)
 _SET_UNDER_NO_GRAD = (
     "functionalize: a.set_(b) under no_grad on an `a` that requires grad: to keep a's autograd identity the "
     "functional graph adds an identity-gradient zero to `a` (grad_identity), but after the swap `a` and `b` "
     "share storage, so the add reaches `b` too and every read of `b` also sends gradient to a's history"
 )
-_CORE_REQUIRES_GRAD_ = (
-    "core: capture drops Tensor.requires_grad_() on an input (make_fx records no op for it and the request's "
-    "fakes keep requires_grad=False), so no stage knows the output requires grad"
-)
 XFAIL: dict[str, str] = {
     "input_mutation_set__input_mutation-grad": _SET_UNDER_NO_GRAD,
     "set__and_data_mutation_good-grad": _SET_UNDER_NO_GRAD,
-    "input_inplace_requires_grad_true-grad": _CORE_REQUIRES_GRAD_,
-    "some_output_requires_grad_input_doesnt-grad": _CORE_REQUIRES_GRAD_,
-    "output_aliases_intermediate_inplace_view_with_detach-grad": (
-        "core: capture drops Tensor.detach_() (handled by autograd, it never reaches make_fx's proxy mode), "
-        "so the returned intermediate still requires grad"
-    ),
 }
 
 
@@ -919,8 +911,6 @@ _MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 _MODE_XFAIL: dict[str, str] = {
     "no_grad-output_aliases_input_multi_output_view": CORE_NO_GRAD,
     "no_grad-output_op_depending_on_symint": CORE_NO_GRAD,
-    "no_grad-some_output_requires_grad_input_doesnt": _CORE_REQUIRES_GRAD_,
-    "inference_mode-some_output_requires_grad_input_doesnt": _CORE_REQUIRES_GRAD_,
     "inference_mode-output_all_alias_types": (
         "functionalize: compiled under inference_mode, views record no _base, so the output analysis takes "
         "tmp.squeeze() for a fresh output and rebuilds tmp.transpose(1, 0) from it with as_strided on the fake "

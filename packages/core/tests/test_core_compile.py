@@ -304,3 +304,33 @@ def test_a_program_that_reseeds_runs_eagerly_with_a_warning():
         compiled = conveyor.compile(f)
         torch.testing.assert_close(compiled(torch.zeros(3)), f(torch.zeros(3)))
     torch.testing.assert_close(compiled(torch.zeros(3)), f(torch.zeros(3)))  # reseeds on every call
+
+
+def _sets_requires_grad(a):
+    a.requires_grad_(True)
+    return a * 2
+
+
+def _detaches_in_place(x):
+    y = x * 2
+    y.detach_()
+    return y
+
+
+def _swaps_data(x, y):
+    x.data = y
+    return x + 1
+
+
+@pytest.mark.parametrize(
+    ("fn", "make_args"),
+    [
+        (_sets_requires_grad, lambda: (torch.randn(3),)),
+        (_detaches_in_place, lambda: (torch.randn(3, requires_grad=True),)),
+        (_swaps_data, lambda: (torch.randn(3), torch.randn(3))),
+    ],
+    ids=["requires_grad_", "detach_", "data_set"],
+)
+def test_programs_changing_autograd_state_run_eagerly_with_a_warning(fn, make_args):
+    with pytest.warns(UserWarning, match=r"conveyor: running .* eagerly: it uses Tensor\."):
+        check(fn, *make_args())

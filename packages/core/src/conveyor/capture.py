@@ -25,6 +25,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from conveyor.closure import trace_closing_over
 from conveyor.errors import CaptureError
+from conveyor.fallback import watching_user_code
 from conveyor.grad_regions import GradModeTagger, detach_no_grad_results
 
 _FLOW_HINT = (
@@ -149,11 +150,12 @@ def capture(
         for pos, value in layout.constants:
             leaves[pos] = value
         args, kwargs = pytree.tree_unflatten(leaves, layout.in_spec)
-        if module is not None:
-            params = dict(zip(state_names, state, strict=False))
-            out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
-        else:
-            out = fn(*args, **kwargs)
+        with watching_user_code():  # Note [Autograd state changed by the program]
+            if module is not None:
+                params = dict(zip(state_names, state, strict=False))
+                out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
+            else:
+                out = fn(*args, **kwargs)
         out_leaves, out_spec = pytree.tree_flatten(out)
         out_info["spec"] = out_spec
         out_info["tensors"] = tuple(i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor))

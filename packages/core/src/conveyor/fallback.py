@@ -9,6 +9,12 @@ such a Function to tensors requiring grad runs eagerly, with a warning, for
 that specialization (same grad mode, same ``requires_grad`` flags); the same
 program in inference still compiles.
 
+Note [Autograd state changed by the program]: ``x.requires_grad_()``,
+``x.requires_grad = ...``, ``x.detach_()`` and ``x.data = y`` change a
+tensor's autograd state or swap its data behind autograd's back; a graph
+traced below autograd records none of them. A program doing one of these runs
+eagerly, with a warning.
+
 Note [Seeding inside the program]: ``torch.manual_seed`` (or
 ``set_rng_state``) is plain Python: a trace runs it once and records nothing,
 so the compiled program would not reseed on each call as eager does. Such a
@@ -25,6 +31,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.autograd.function import Function
+from torch.overrides import TorchFunctionMode
 
 from conveyor.errors import ConveyorError
 
@@ -89,6 +96,32 @@ def _watching_autograd_functions() -> Iterator[None]:
         yield
     finally:
         Function.apply = original  # type: ignore[method-assign]
+
+
+class _AutogradStateWatcher(TorchFunctionMode):
+    """Refuses the tensor methods of Note [Autograd state changed by the program]."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = _REFUSED_METHODS.get(func)
+        if name is None and getattr(func, "__name__", None) == "__set__":
+            name = _REFUSED_SETTERS.get(getattr(func, "__self__", None))
+        if name is not None:
+            raise EagerFallback(
+                f"it uses Tensor.{name}, which a captured graph cannot record (Note [Autograd state changed by the program])"
+            )
+        return func(*args, **(kwargs or {}))
+
+
+_REFUSED_METHODS = {torch.Tensor.requires_grad_: "requires_grad_", torch.Tensor.detach_: "detach_"}
+_REFUSED_SETTERS = {
+    torch._C.TensorBase.__dict__["requires_grad"]: "requires_grad (set)",
+    torch._C.TensorBase.__dict__["data"]: "data (set)",
+}
+
+
+def watching_user_code() -> TorchFunctionMode:
+    """Active while the user's program runs inside a capture trace."""
+    return _AutogradStateWatcher()
 
 
 def has_autograd_function(gm: torch.fx.GraphModule) -> bool:
