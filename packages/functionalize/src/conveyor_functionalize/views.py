@@ -103,18 +103,27 @@ def replayed_geometry(f_tensor: Any, entry: torch.Tensor) -> Geometry | None:
     geometry. The functional value's own strides and offset are not: after a
     data mutation it is a fresh, contiguous tensor. ``None`` when there is
     nothing to replay or the replay does not apply."""
+    replayed = _replay(f_tensor, entry)
+    if replayed is None:
+        return None
+    out = replayed[1]
+    geometry = (tuple(out.size()), tuple(out.stride()), out.storage_offset())
+    return geometry if _is_concrete(geometry) else None
+
+
+def _replay(f_tensor: Any, onto: torch.Tensor) -> tuple[Sequence[Any], torch.Tensor] | None:
+    """The view ops functionalization recorded on ``f_tensor``, and their
+    replay on ``onto``; ``None`` when there are none or they do not apply."""
     elem = getattr(f_tensor, "elem", None)
     if elem is None or not torch._is_functional_tensor(elem):
         return None
-    sequence = _functionalization.get_view_meta_sequence(elem)
+    sequence: Sequence[Any] = _functionalization.get_view_meta_sequence(elem)
     if not sequence or any(vm.has_symbolic_inputs for vm in sequence):
         return None
     try:
-        out = _functionalization.apply_view_meta_sequence(entry, sequence)
+        return sequence, _functionalization.apply_view_meta_sequence(onto, sequence)
     except Exception:  # a sequence that does not apply is a fallback, not an error
         return None
-    geometry = (tuple(out.size()), tuple(out.stride()), out.storage_offset())
-    return geometry if _is_concrete(geometry) else None
 
 
 def _is_concrete(geometry: Geometry) -> bool:
@@ -131,15 +140,9 @@ def _same(a: Geometry, b: Geometry) -> bool:
 
 
 def _checked_replay(view: Any, viewed_fake: torch.Tensor, expected: Geometry) -> tuple[Any, ...] | None:
-    elem = getattr(view, "elem", None)
-    if elem is None or not torch._is_functional_tensor(elem):
+    replayed = _replay(view, viewed_fake)
+    if replayed is None:
         return None
-    sequence: Sequence[Any] = _functionalization.get_view_meta_sequence(elem)
-    if not sequence or any(vm.has_symbolic_inputs for vm in sequence):
-        return None
-    try:
-        out = _functionalization.apply_view_meta_sequence(viewed_fake, sequence)
-    except Exception:  # a sequence that does not apply is a fallback, not an error
-        return None
+    sequence, out = replayed
     got = (tuple(out.size()), tuple(out.stride()), out.storage_offset())
     return tuple(sequence) if _same(got, expected) and out.dtype == view.dtype else None
