@@ -125,9 +125,12 @@ def _with_constant_items(gm: torch.fx.GraphModule, items: dict[int, Any]) -> tor
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, value in items.items():
         for item in [u for u in placeholders[i].users if u.op == "call_method" and u.target == "item"]:
+            def constant(n: torch.fx.Node, item: torch.fx.Node = item, value: Any = value) -> Any:
+                return value if n is item else n
+
             for user in list(item.users):
-                user.args = torch.fx.node.map_arg(user.args, lambda n, item=item, value=value: value if n is item else n)
-                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n, item=item, value=value: value if n is item else n)
+                user.args = torch.fx.node.map_arg(user.args, constant)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, constant)
             gm.graph.erase_node(item)
     gm.recompile()
     return gm

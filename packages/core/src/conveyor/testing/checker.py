@@ -246,7 +246,7 @@ def grad_leaves(ins: Sequence[Any]) -> list[torch.Tensor]:
     return found
 
 
-def _loss(outs: list[torch.Tensor], weights: list[torch.Tensor]) -> torch.Tensor:
+def _loss(outs: list[torch.Tensor], weights: list[tuple[torch.Tensor, ...]]) -> torch.Tensor:
     total = torch.zeros((), dtype=torch.float64)
     for o, (w_re, w_im) in zip(outs, weights, strict=True):
         if o.is_complex():  # a real loss: weight the real and imaginary parts
