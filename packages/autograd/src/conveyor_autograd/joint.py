@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -156,7 +156,7 @@ def trace_joint(request: Request) -> JointGraph | None:
     gm.graph.eliminate_dead_code()
     gm.recompile()
     placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
-    results: Sequence[Any] = gm.graph.output_node().args[0]
+    results = cast(Sequence[Any], gm.graph.output_node().args[0])
     return JointGraph(
         gm=gm,
         primals=tuple(placeholders[:n]),
