@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -68,9 +68,10 @@ def _input_info(arg: Any, f_arg: Any, grad_fn_before: Any) -> InputInfo:
     )
     # an out= argument of the wrong size is resized with no metadata flag set
     metadata_changed = metadata_changed or (
-        bool(torch._functionalize_has_data_mutation(elem)) and after.size() != arg.size()
+        bool(torch._functionalize_has_data_mutation(elem))  # type: ignore[attr-defined]  # bound at runtime, missing from torch's stubs
+        and after.size() != arg.size()
     )
-    mutates_data = bool(torch._functionalize_has_data_mutation(elem)) and not storage_changed
+    mutates_data = bool(torch._functionalize_has_data_mutation(elem)) and not storage_changed  # type: ignore[attr-defined]  # as above
     # the functional wrapper runs below nothing but above autograd: a write
     # autograd did not record (``a.detach().mul_(2)``, a write under
     # ``no_grad``) leaves its grad_fn as it was; eager's input keeps its
@@ -93,10 +94,10 @@ def _input_info(arg: Any, f_arg: Any, grad_fn_before: Any) -> InputInfo:
 def _with_swap_targets(infos: tuple[InputInfo, ...], run: FunctionalRun) -> tuple[InputInfo, ...]:
     """Fill ``swapped_onto`` for inputs ``set_`` onto another input's storage
     (the functional wrappers' inner tensors then share a storage)."""
-    unswapped = {
+    unswapped: dict[StorageWeakRef | None, int] = {
         ref: j
         for j, f in reversed(list(enumerate(run.f_inputs)))
-        if isinstance(f, torch.Tensor) and not infos[j].mutates_storage and (ref := _storage(f.elem)) is not None
+        if isinstance(f, torch.Tensor) and not infos[j].mutates_storage and (ref := _storage(cast(Any, f).elem)) is not None  # a FunctionalTensor
     }
     return tuple(
         dataclasses.replace(info, swapped_onto=unswapped.get(_storage(run.f_inputs[i].elem)))

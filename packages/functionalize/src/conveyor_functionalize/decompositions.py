@@ -26,7 +26,7 @@ element.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -36,7 +36,7 @@ aten = torch.ops.aten
 def _dense_permutation(t: torch.Tensor) -> list[int] | None:
     """The dims of ``t`` from outermost to innermost when ``t`` is dense and
     non-overlapping (so a contiguous buffer permuted back has its strides)."""
-    perm = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -t.size(d)))
+    perm = sorted(range(t.dim()), key=lambda d: (-cast(int, t.stride(d)), -cast(int, t.size(d))))
     expected = 1
     for d in reversed(perm):
         if t.size(d) != 1 and t.stride(d) != expected:

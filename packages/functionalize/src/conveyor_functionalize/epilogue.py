@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import torch
 from conveyor.stage import CompiledFn
@@ -177,18 +177,23 @@ def _recipe(k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functio
         case OutputKind.FRESH | OutputKind.VIEW_OF_INTERMEDIATE:
             return OutputRecipe(Source.INNER, layout.output_slot(k))
         case OutputKind.IS_INPUT:
+            assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             return OutputRecipe(Source.INPUT, info.index)
         case OutputKind.IS_OUTPUT:
+            assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             return OutputRecipe(Source.OUTPUT, info.index)
         case OutputKind.VIEW_OF_INPUT:
+            assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             replay = not meta.inputs[info.index].mutates_metadata  # Note [View replay]
             view = ViewRecipe.of(out, inputs[info.index], what, requires_grad=rg, may_replay=replay)
             return OutputRecipe(Source.INPUT_VIEW, info.index, view)
         case OutputKind.VIEW_OF_SHARED_INTERMEDIATE:
+            assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             base = run.f_outputs[layout.intermediate_bases[info.index]]._base
             view = ViewRecipe.of(out, base, what, requires_grad=rg, may_replay=True)
             return OutputRecipe(Source.BASE_VIEW, layout.base_slot(BaseIdx(info.index)), view)
         case OutputKind.ALIAS_OF_OUTPUT:
+            assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             view = ViewRecipe.of(out, run.f_outputs[info.index], what, requires_grad=rg, may_replay=True)
             return OutputRecipe(Source.OUTPUT_VIEW, info.index, view)
     raise AssertionError(f"unhandled output kind {info.kind}")
@@ -213,10 +218,10 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     needs_inputs = bool(mutations) or any(r.source in (Source.INPUT, Source.INPUT_VIEW) for r in recipes)
     # per-call lists, in epilogue order: swaps, metadata, data, swaps onto other inputs
     clone_first = [m.input for m in mutations if m.clone_first]
-    swaps = [(m.input, m.slot) for m in mutations if m.swap_storage and m.storage_of is None]
+    swaps = [(m.input, cast(InnerOutIdx, m.slot)) for m in mutations if m.swap_storage and m.storage_of is None]
     restrides = [(m.input, *m.geometry, m.metadata_grad) for m in mutations if m.geometry is not None and not m.swap_storage]
-    copies = [(m.input, m.slot, m.no_grad) for m in mutations if m.copy_data]
-    swaps_onto = [(m.input, m.storage_of, *m.geometry) for m in mutations if m.storage_of is not None]
+    copies = [(m.input, cast(InnerOutIdx, m.slot), m.no_grad) for m in mutations if m.copy_data]
+    swaps_onto = [(m.input, m.storage_of, *cast(Geometry, m.geometry)) for m in mutations if m.storage_of is not None]
     # computed outputs first: a view of an output may come before the output it views
     order = sorted(range(n), key=lambda k: recipes[k].source is not Source.INNER)
 
@@ -259,10 +264,13 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
             elif source is Source.OUTPUT:
                 outs[k] = outs[r.index]
             elif source is Source.INPUT_VIEW:
+                assert r.view is not None  # view sources carry one (OutputRecipe.__post_init__)
                 outs[k] = r.view.regenerate(real[r.index])
             elif source is Source.BASE_VIEW:
+                assert r.view is not None
                 outs[k] = r.view.regenerate(inner_outs[r.index])
             else:
+                assert r.view is not None
                 outs[k] = r.view.regenerate(outs[r.index])
         return outs
 

@@ -58,6 +58,7 @@ class FunctionalLayout:
         first_of_base: dict[int, OutputIdx] = {}
         for k, o in enumerate(meta.outputs):
             if o.kind is OutputKind.VIEW_OF_SHARED_INTERMEDIATE:
+                assert o.index is not None  # indexed kind (OutputInfo.__post_init__)
                 first_of_base.setdefault(o.index, OutputIdx(k))
         bases = tuple(first_of_base[b] for b in range(meta.num_intermediate_bases))
         return FunctionalLayout(updated, computed, bases)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NewType
+from typing import NewType, cast
 
 InputIdx = NewType("InputIdx", int)
 OutputIdx = NewType("OutputIdx", int)
@@ -147,15 +147,16 @@ class ProgramMeta:
     num_intermediate_bases: int = 0
 
     def __post_init__(self) -> None:
-        bases = {o.index for o in self.outputs if o.kind is OutputKind.VIEW_OF_SHARED_INTERMEDIATE}
+        bases = {cast(int, o.index) for o in self.outputs if o.kind is OutputKind.VIEW_OF_SHARED_INTERMEDIATE}
         if bases != set(range(self.num_intermediate_bases)):
             raise ValueError(f"ProgramMeta: outputs use bases {sorted(bases)} of {self.num_intermediate_bases}")
         for k, o in enumerate(self.outputs):
-            if o.kind in (OutputKind.IS_INPUT, OutputKind.VIEW_OF_INPUT) and not 0 <= o.index < len(self.inputs):
+            index = cast(int, o.index)  # only read for indexed kinds, where it is set
+            if o.kind in (OutputKind.IS_INPUT, OutputKind.VIEW_OF_INPUT) and not 0 <= index < len(self.inputs):
                 raise ValueError(f"ProgramMeta: output {k} aliases input {o.index}, out of range")
-            if o.kind is OutputKind.IS_OUTPUT and not 0 <= o.index < k:
+            if o.kind is OutputKind.IS_OUTPUT and not 0 <= index < k:
                 raise ValueError(f"ProgramMeta: output {k} is output {o.index}, which is not an earlier one")
-            if o.kind is OutputKind.ALIAS_OF_OUTPUT and (o.index == k or not self.outputs[o.index].computed):
+            if o.kind is OutputKind.ALIAS_OF_OUTPUT and (index == k or not self.outputs[index].computed):
                 raise ValueError(f"ProgramMeta: output {k} aliases output {o.index}, which is not computed")
 
     @property

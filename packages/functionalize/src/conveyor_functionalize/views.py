@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import torch
 from conveyor.errors import StageError
@@ -28,6 +28,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 STAGE = "functionalize"
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # sizes, strides, storage offset
+SymGeometry = tuple[tuple[int | torch.SymInt, ...], tuple[int | torch.SymInt, ...], int | torch.SymInt]  # maybe symbolic
 
 
 def concrete(t: torch.Tensor, what: str) -> Geometry:
@@ -36,11 +37,11 @@ def concrete(t: torch.Tensor, what: str) -> Geometry:
     sizes, strides, offset = tuple(t.size()), tuple(t.stride()), t.storage_offset()
     if not all(type(v) is int for v in (*sizes, *strides, offset)):
         raise StageError(STAGE, f"{what} has symbolic sizes or strides; only static shapes are supported")
-    return sizes, strides, offset
+    return sizes, strides, cast(int, offset)
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
-    return torch._from_functional_tensor(t.elem) if torch._is_functional_tensor(getattr(t, "elem", t)) else t
+    return torch._from_functional_tensor(cast(Any, t).elem) if torch._is_functional_tensor(getattr(t, "elem", t)) else t
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,9 @@ class ViewRecipe:
     def regenerate(self, viewed: torch.Tensor) -> torch.Tensor:
         """The view, rebuilt from the real ``viewed`` (the per-call path)."""
         if self.replay is not None:
-            out = _functionalization.apply_view_meta_sequence(viewed, self.replay)
+            out = _functionalization.apply_view_meta_sequence(viewed, self.replay)  # type: ignore[arg-type]  # any sequence binds
         else:
+            assert self.geometry is not None  # no replay means a geometry (__post_init__)
             sizes, strides, rel_offset = self.geometry
             out = viewed.as_strided(sizes, strides, viewed.storage_offset() + rel_offset)
         if self.detach and out.requires_grad:
@@ -117,7 +119,7 @@ def _replay(f_tensor: Any, onto: torch.Tensor) -> tuple[Sequence[Any], torch.Ten
     elem = getattr(f_tensor, "elem", None)
     if elem is None or not torch._is_functional_tensor(elem):
         return None
-    sequence: Sequence[Any] = _functionalization.get_view_meta_sequence(elem)
+    sequence: list[Any] = _functionalization.get_view_meta_sequence(elem)
     if not sequence or any(vm.has_symbolic_inputs for vm in sequence):
         return None
     try:
@@ -126,12 +128,12 @@ def _replay(f_tensor: Any, onto: torch.Tensor) -> tuple[Sequence[Any], torch.Ten
         return None
 
 
-def _is_concrete(geometry: Geometry) -> bool:
+def _is_concrete(geometry: SymGeometry) -> TypeGuard[Geometry]:
     sizes, strides, offset = geometry
     return all(type(v) is int for v in (*sizes, *strides, offset))
 
 
-def _same(a: Geometry, b: Geometry) -> bool:
+def _same(a: SymGeometry, b: SymGeometry) -> bool:
     """Equal sizes, strides and offset, also for symbolic ones (without guarding)."""
     if len(a[0]) != len(b[0]):
         return False
