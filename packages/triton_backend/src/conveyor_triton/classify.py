@@ -28,7 +28,7 @@ aten = torch.ops.aten
 
 Category = Literal["pointwise", "reduction", "view", "fallback"]
 
-REDUCTIONS = {
+REDUCTIONS: dict[Any, str] = {
     aten.sum.dim_IntList: "sum",
     aten.sum.default: "sum",
     aten.amax.default: "max",
@@ -103,6 +103,7 @@ def classify(node: torch.fx.Node) -> NodeClass:
         return NodeClass("fallback", f"no lowering for {node.target}")
     if not static_tensor(out):
         return NodeClass("fallback", "output is not a statically shaped tensor of a supported dtype")
+    assert isinstance(out, torch.Tensor)  # static_tensor checked it
     args = _tensor_args(node)
     if not all(static_tensor(a) for a in args):
         return NodeClass("fallback", "an operand is not a statically shaped tensor of a supported dtype")

@@ -4,7 +4,8 @@ shapes of nodes, and when a value can be read at another node's linear index."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, cast
 
 import torch
 import torch.fx
@@ -34,8 +35,8 @@ def reduction_dims(node: torch.fx.Node) -> tuple[int, ...]:
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return tuple(range(rank))
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    return tuple(sorted({d % max(rank, 1) for d in dims})) if rank else ()
+    dim_list: list[int] = [dims] if isinstance(dims, int) else list(cast(Sequence[int], dims))
+    return tuple(sorted({d % max(rank, 1) for d in dim_list})) if rank else ()
 
 
 def access_ok(src: tuple[int, ...], src_kind: Kind, dst: tuple[int, ...], dst_kind: Kind, reduce: int) -> bool:

@@ -49,7 +49,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.fx
@@ -136,11 +136,11 @@ class Fuser:
                 self._new_step("input", node, position)
             elif node.op != "call_function":
                 self._new_step("aten", node, position)
-            elif cls.category == "pointwise":
+            elif cast(NodeClass, cls).category == "pointwise":  # classes cover every call_function node
                 self._pointwise(node, position)
-            elif cls.category == "reduction":
+            elif cast(NodeClass, cls).category == "reduction":
                 self._reduction(node, position)
-            elif cls.category == "view":
+            elif cast(NodeClass, cls).category == "view":
                 self._view(node, position)
             else:
                 self._new_step("aten", node, position)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS
-from conveyor_triton.domain import shape
+from conveyor_triton.domain import Kind, shape
 from conveyor_triton.ops import RULES
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def _domain(a: Group, b: Group) -> Group | None:
     return reducing
 
 
-def _reads_ok(fuser: Fuser, merged: Group, members: dict[torch.fx.Node, str], other: set[torch.fx.Node]) -> bool:
+def _reads_ok(fuser: Fuser, merged: Group, members: dict[torch.fx.Node, Kind], other: set[torch.fx.Node]) -> bool:
     """Every read across the two old groups is legal in place in ``merged``."""
     for m, kind in members.items():
         if m.target in REDUCTIONS:
@@ -54,7 +54,7 @@ def _reads_ok(fuser: Fuser, merged: Group, members: dict[torch.fx.Node, str], ot
         for i in RULES[m.target].reads:
             a = m.args[i] if i < len(m.args) else None
             if isinstance(a, torch.fx.Node) and a in members and (a in other) != (m in other):
-                if not fuser._access(a, merged, m, kind, members[a]):  # type: ignore[arg-type]
+                if not fuser._access(a, merged, m, kind, members[a]):
                     return False
     return True
 

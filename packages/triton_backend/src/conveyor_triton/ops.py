@@ -187,7 +187,7 @@ def _where(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | N
 
 
 def _pow(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
-    e = node.args[1]
+    e: Any = node.args[1]
     x = v[0].to(compute_dtype(out))
     if out.is_floating_point:
         table = {0.5: f"tl.sqrt({x})", -0.5: f"tl.math.rsqrt({x})", -1: f"(1.0 / {x})", -2: f"(1.0 / ({x} * {x}))"}

@@ -15,7 +15,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.fx
@@ -104,7 +104,7 @@ class KernelStep:
         total = k.xnumel * (k.rnumel or 1)
         if total > 0 and k.xnumel > 0:
             index64 = total > INT32_LIMIT or any(_extent(t) > INT32_LIMIT for t in [*tensors, *outs])
-            blocks = block_sizes(device, k.xnumel, k.rnumel)
+            blocks = block_sizes(cast(torch.device, device), k.xnumel, k.rnumel)  # set by a load or a store
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
             self.fn(index64)[grid](*args, **blocks)
             if metrics.active():
