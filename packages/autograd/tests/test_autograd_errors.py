@@ -46,6 +46,8 @@ def test_double_backward_raises_a_clear_error(compile_with) -> None:
     torch.testing.assert_close(g.detach(), expected)  # first order with create_graph still works
     with pytest.raises(RuntimeError, match="double backward through a compiled program is not supported"):
         g.sum().backward()
+    with pytest.raises(RuntimeError, match="double backward through a compiled program is not supported"):
+        torch.autograd.grad(g.sum(), x)  # reaches the error, not "not used in the graph"
 
 
 def test_saved_input_modified_in_place_is_caught(compile_with) -> None:

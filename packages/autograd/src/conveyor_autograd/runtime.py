@@ -53,7 +53,7 @@ class CompiledFunction(torch.autograd.Function):
             grads = ctx.bwd(layout.backward_args(tensors, ctx.symbols, grads_in))
         result = layout.input_grads(grads)
         if torch.is_grad_enabled():  # create_graph=True
-            result = _poisoned(result)
+            result = _poisoned(result, _leaf_inputs(ctx, len(result)))
         return (None, None, None, *result)
 
 
@@ -69,18 +69,27 @@ def _own_view(out: Any, args: Sequence[Any]) -> Any:
     return out
 
 
-def _poisoned(grads: Sequence[Any]) -> list[Any]:
-    """Gradients that raise :data:`DOUBLE_BACKWARD` when differentiated."""
-    present = [i for i, g in enumerate(grads) if g is not None]
-    if not present:
-        return list(grads)
-    err = torch._C._functions.DelayedError(DOUBLE_BACKWARD, len(present))
-    wrapped = err(*(grads[i].detach().requires_grad_(True) for i in present))
-    if isinstance(wrapped, torch.Tensor):
-        wrapped = (wrapped,)
+def _leaf_inputs(ctx: Any, n: int) -> list[Any]:
+    """The leaf tensors behind this node's last ``n`` inputs (``None`` for
+    the others), read off the backward node's edges: no forward cost."""
+    edges = ctx.next_functions[-n:] if n else ()
+    return [getattr(node, "variable", None) if node is not None else None for node, _ in edges]
+
+
+def _poisoned(grads: Sequence[Any], leaves: Sequence[Any]) -> list[Any]:
+    """Gradients that raise :data:`DOUBLE_BACKWARD` when differentiated.
+
+    Each one is also tied to the leaf input it is the gradient of, so that
+    ``torch.autograd.grad(grad, leaf)`` reaches the error instead of failing
+    with "not used in the graph"."""
     out = list(grads)
-    for i, w in zip(present, wrapped, strict=True):
-        out[i] = w
+    for i, g in enumerate(grads):
+        if g is None:
+            continue
+        leaf = leaves[i] if i < len(leaves) else None
+        sources = (g.detach().requires_grad_(True),) + ((leaf,) if isinstance(leaf, torch.Tensor) else ())
+        wrapped = torch._C._functions.DelayedError(DOUBLE_BACKWARD, len(sources))(*sources)
+        out[i] = wrapped[0] if isinstance(wrapped, tuple) else wrapped
     return out
 
 
