@@ -46,7 +46,10 @@ def compile_eager(fn: Callable[..., Any]) -> Any:
     return conveyor.compile(fn, backend="eager")
 
 
-CORE_NO_GRAD = "core: no_grad views/mutations (grad_regions)"
+CORE_NO_GRAD = (
+    "core: a view of an input requiring grad, taken under no_grad and returned, leaves detached "
+    "(conveyor.grad_regions.detach_no_grad_results); eager's view requires grad as a leaf of its own"
+)
 
 
 # -- helpers ----------------------------------------------------------------
@@ -888,13 +891,17 @@ XFAIL: dict[str, str] = {
 }
 
 
-def _params() -> list[Any]:
-    ids = [f"{n}-{'grad' if rg else 'nograd'}" for n in sorted(CASES) for rg in CASES[n][2]]
-    assert set(XFAIL) <= set(ids), set(XFAIL) - set(ids)
+def _marked(ids: list[str], xfail: dict[str, str]) -> list[Any]:
+    """One param per id, strict xfails where ``xfail`` names a reason."""
+    assert set(xfail) <= set(ids), set(xfail) - set(ids)
     return [
-        pytest.param(i, id=i, marks=pytest.mark.xfail(strict=True, reason=XFAIL[i])) if i in XFAIL else pytest.param(i, id=i)
+        pytest.param(i, id=i, marks=pytest.mark.xfail(strict=True, reason=xfail[i])) if i in xfail else pytest.param(i, id=i)
         for i in ids
     ]
+
+
+def _params() -> list[Any]:
+    return _marked([f"{n}-{'grad' if rg else 'nograd'}" for n in sorted(CASES) for rg in CASES[n][2]], XFAIL)
 
 
 @pytest.mark.parametrize("case_id", _params())
@@ -928,12 +935,7 @@ _MODE_XFAIL: dict[str, str] = {
 
 
 def _mode_params() -> list[Any]:
-    ids = [f"{m}-{n}" for m in _MODES for n in sorted(CASES)]
-    assert set(_MODE_XFAIL) <= set(ids), set(_MODE_XFAIL) - set(ids)
-    return [
-        pytest.param(i, id=i, marks=pytest.mark.xfail(strict=True, reason=_MODE_XFAIL[i])) if i in _MODE_XFAIL else pytest.param(i, id=i)
-        for i in ids
-    ]
+    return _marked([f"{m}-{n}" for m in _MODES for n in sorted(CASES)], _MODE_XFAIL)
 
 
 @pytest.mark.parametrize("case_id", _mode_params())
