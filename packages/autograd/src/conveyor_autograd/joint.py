@@ -24,6 +24,7 @@ from typing import Any, cast
 import torch
 import torch.fx
 from conveyor import Request, StageError, call_graph, retrace
+from conveyor.schema import writes
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from conveyor_autograd.functional_joint import PHASE, functional_joint
@@ -74,11 +75,7 @@ class JointGraph:
 
 def writing_node(graph: torch.fx.Graph) -> torch.fx.Node | None:
     """The first node that writes into one of its arguments, if any."""
-    for node in graph.nodes:
-        schema = getattr(node.target, "_schema", None)
-        if schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
-            return node
-    return None
+    return next((node for node in graph.nodes if writes(node)), None)
 
 
 def _is_differentiable_dtype(v: Any) -> bool:

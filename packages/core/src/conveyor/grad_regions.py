@@ -19,6 +19,8 @@ import torch.fx
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from conveyor.schema import writes, written_args
+
 GRAD_META = "conveyor_grad_enabled"
 
 
@@ -55,27 +57,11 @@ def call_graph(graph: torch.fx.GraphModule, args: Sequence[Any]) -> tuple[Any, .
     return tuple(_GradModeInterpreter(graph).run(*args))
 
 
-def _writes(node: torch.fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
-    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-
-
-def _written_args(node: torch.fx.Node) -> list[Any]:
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return []
-    written = []
-    for j, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            written.append(node.args[j] if j < len(node.args) else node.kwargs.get(arg.name))
-    return written
-
-
 def _is_view(node: torch.fx.Node) -> bool:
     schema = getattr(node.target, "_schema", None)
     return (
         schema is not None
-        and not _writes(node)
+        and not writes(node)
         and any(r.alias_info is not None for r in schema.returns)
     )
 
@@ -98,7 +84,7 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
         if node.op != "call_function":
             continue
         from_grad = any(would_require.get(a, False) for a in node.all_input_nodes)
-        if node.meta.get(GRAD_META, True) or _writes(node):
+        if node.meta.get(GRAD_META, True) or writes(node):
             would_require[node] = from_grad
             continue
         val = node.meta.get("val")
@@ -115,7 +101,7 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
                 if user is detached:
                     return False
                 if view and not user.meta.get(GRAD_META, True):
-                    return not (_is_view(user) or any(w is node for w in _written_args(user)))
+                    return not (_is_view(user) or any(w is node for w in written_args(user)))
                 return True
 
             node.replace_all_uses_with(detached, delete_user_cb=reads_detached)

@@ -18,17 +18,11 @@ import torch
 import torch.fx
 from conveyor import retrace
 from conveyor.grad_regions import detach_no_grad_results
+from conveyor.schema import writes
 
 from conveyor_functionalize.decompositions import DECOMPOSITIONS
 from conveyor_functionalize.functional_run import from_functional, run_functional
 from conveyor_functionalize.layout import FunctionalLayout
-
-
-def writes(node: torch.fx.Node) -> bool:
-    """The node's op writes to one of its arguments (in-place, ``out=``, or
-    any schema argument marked ``(a!)``)."""
-    schema = getattr(node.target, "_schema", None)
-    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def writing_nodes(graph: torch.fx.GraphModule) -> list[torch.fx.Node]:
