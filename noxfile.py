@@ -21,13 +21,13 @@ def _install(session: nox.Session, *extra: str) -> None:
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
     _install(session)
-    session.run("pytest", f"packages/{package}/tests", *session.posargs)
+    session.run("pytest", "--runslow", f"packages/{package}/tests", *session.posargs)
 
 
 @nox.session
 def integration(session: nox.Session) -> None:
     _install(session)
-    session.run("pytest", "tests", *session.posargs)
+    session.run("pytest", "--runslow", "tests", *session.posargs)
 
 
 @nox.session
