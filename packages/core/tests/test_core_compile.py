@@ -96,7 +96,8 @@ def test_changed_constant_is_never_a_wrong_artifact():
 
 
 def test_unhashable_constant_is_a_clear_error():
-    class Opaque:
+    class Opaque:  # no __dict__: not an object conveyor walks into (Note [Python objects in and out])
+        __slots__ = ()
         __hash__ = None
 
     with pytest.raises(CaptureError, match="type Opaque is specialized by value and must be hashable"):

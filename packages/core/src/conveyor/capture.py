@@ -27,6 +27,7 @@ from conveyor.closure import trace_closing_over
 from conveyor.errors import CaptureError
 from conveyor.fallback import watching_user_code
 from conveyor.grad_regions import GradModeTagger, detach_no_grad_results
+from conveyor.objects import Installed, ModuleWatch, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 
 _FLOW_HINT = (
     "conveyor.compile traces with make_fx, which cannot follow Python control flow that "
@@ -47,6 +48,10 @@ class CallLayout:
     :ivar out_spec: pytree spec of the outputs.
     :ivar out_tensor_positions: output leaves that come from the graph.
     :ivar out_constants: non-tensor output leaves, by position.
+    :ivar objects: Python objects in and out (Note [Python objects in and
+        out]): argument objects' tensors are graph inputs after the call's
+        own tensors; results that are objects are rebuilt, writes to argument
+        objects replayed.
     """
 
     in_spec: pytree.TreeSpec
@@ -56,29 +61,35 @@ class CallLayout:
     out_spec: pytree.TreeSpec | None = None
     out_tensor_positions: tuple[int, ...] = ()
     out_constants: tuple[tuple[int, Any], ...] = ()
+    objects: ObjectPlan | None = None
 
     def __post_init__(self) -> None:
         # outputs that are one tensor or a flat tuple of tensors skip pytree per call
         fast = None
-        if self.out_spec is not None and not self.out_constants:
+        if self.out_spec is not None and not self.out_constants and self.objects is None:
             if self.out_spec.is_leaf():
                 fast = "single"
             elif self.out_spec.type is tuple and all(c.is_leaf() for c in self.out_spec.children()):
                 fast = "tuple"
         object.__setattr__(self, "_fast_out", fast)
 
-    def unflatten_outputs(self, flat_outs: Sequence[Any]) -> Any:
+    def unflatten_outputs(self, flat_outs: Sequence[Any], containers: Sequence[Any] = ()) -> Any:
+        """The user's result from the graph outputs; ``containers`` are this
+        call's argument objects (``ObjectArgs.containers``)."""
         fast = self._fast_out  # type: ignore[attr-defined]
         if fast == "single":
             return flat_outs[0]
         if fast == "tuple":
             return tuple(flat_outs)
         assert self.out_spec is not None
-        leaves: list[Any] = [None] * (len(self.out_tensor_positions) + len(self.out_constants))
+        n_objects = len(self.objects.recipes) if self.objects is not None else 0
+        leaves: list[Any] = [None] * (len(self.out_tensor_positions) + len(self.out_constants) + n_objects)
         for pos, value in zip(self.out_tensor_positions, flat_outs, strict=False):
             leaves[pos] = value
         for pos, value in self.out_constants:
             leaves[pos] = value
+        if self.objects is not None:
+            self.objects.finish(flat_outs, containers, leaves)
         return pytree.tree_unflatten(leaves, self.out_spec)
 
 
@@ -131,38 +142,55 @@ def capture(
     layout: CallLayout,
     fake_inputs: Sequence[Any],
     fake_mode: Any,
+    objects: ObjectArgs | None = None,
 ) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...], CallLayout]:
     """Trace ``fn`` (or ``module``) into a flat aten graph.
 
     :param fake_inputs: fake values for the flat graph inputs: lifted state
-        first, then the tensor leaves of the call.
+        first, then the tensor leaves of the call, then the tensors of the
+        argument ``objects``.
+    :param objects: the call's argument objects, which hold fakes during the
+        trace and are restored after it (Note [Python objects in and out]).
     :return: the graph, the tensors ``fn`` closes over (graph inputs after
         ``fake_inputs``: Note [Tensors a program closes over]) and the
         layout completed with the output spec.
     """
     out_info: dict[str, Any] = {}
 
+    n_user = len(layout.tensor_positions)
+    n_leaves = n_user + len(layout.constants) + (len(objects.positions) if objects is not None else 0)
+
     def flat_fn(*flat: Any) -> tuple[Any, ...]:
-        state, user = flat[: layout.n_lifted], flat[layout.n_lifted :]
-        leaves: list[Any] = [None] * (len(layout.tensor_positions) + len(layout.constants))
+        state = flat[: layout.n_lifted]
+        user = flat[layout.n_lifted : layout.n_lifted + n_user]
+        leaves: list[Any] = [None] * n_leaves
         for pos, value in zip(layout.tensor_positions, user, strict=False):
             leaves[pos] = value
         for pos, value in layout.constants:
             leaves[pos] = value
+        installed = None
+        if objects is not None:
+            for pos, k in zip(objects.positions, objects.roots, strict=True):
+                leaves[pos] = objects.containers[k]
+            installed = Installed(objects, flat[layout.n_lifted + n_user :])
+        watch = ModuleWatch(module) if module is not None else None
         args, kwargs = pytree.tree_unflatten(leaves, layout.in_spec)
-        with watching_user_code():  # Note [Autograd state changed by the program]
-            if module is not None:
-                params = dict(zip(state_names, state, strict=False))
-                out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
-            else:
-                out = fn(*args, **kwargs)
-        out_leaves, out_spec = pytree.tree_flatten(out)
-        out_info["spec"] = out_spec
-        out_info["tensors"] = tuple(i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor))
-        out_info["constants"] = tuple(
-            (i, v) for i, v in enumerate(out_leaves) if not isinstance(v, torch.Tensor)
-        )
-        return tuple(v for v in out_leaves if isinstance(v, torch.Tensor))
+        changed: list[str] = []
+        try:
+            with watching_user_code():  # Note [Autograd state changed by the program]
+                if module is not None:
+                    params = dict(zip(state_names, state, strict=False))
+                    out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
+                else:
+                    out = fn(*args, **kwargs)
+            return _flat_outputs(out, installed, out_info)
+        finally:
+            if installed is not None:
+                installed.restore()
+            if watch is not None:
+                changed = watch.restore()
+            if changed:
+                raise ModuleWatch.refuse(changed)
 
     graph, closure = trace_closing_over(lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fake_inputs, fake_mode)
     return graph, closure, CallLayout(
@@ -173,7 +201,33 @@ def capture(
         out_info["spec"],
         out_info["tensors"],
         out_info["constants"],
+        out_info["objects"],
     )
+
+
+def _flat_outputs(out: Any, installed: Installed | None, out_info: dict[str, Any]) -> tuple[Any, ...]:
+    """The graph outputs of the user's result: its tensor leaves, then the
+    tensors of its object leaves and of the writes to argument objects."""
+    out_leaves, out_spec = pytree.tree_flatten(out)
+    builder = RecipeBuilder(installed.objects.containers if installed is not None else ())
+    recipes = tuple(
+        (i, builder.describe(v, f"result leaf {i} ({type(v).__qualname__})"))
+        for i, v in enumerate(out_leaves)
+        if not isinstance(v, torch.Tensor) and (is_object(v) or id(v) in builder.index)
+    )
+    in_recipes = {i for i, _ in recipes}
+    constants = tuple(
+        (i, builder.describe(v, f"result leaf {i}").value)  # type: ignore[union-attr]
+        for i, v in enumerate(out_leaves)
+        if not isinstance(v, torch.Tensor) and i not in in_recipes
+    )
+    effects = read_effects(installed, builder) if installed is not None else ()
+    plain = tuple(v for v in out_leaves if isinstance(v, torch.Tensor))
+    out_info["spec"] = out_spec
+    out_info["tensors"] = tuple(i for i, v in enumerate(out_leaves) if isinstance(v, torch.Tensor))
+    out_info["constants"] = constants
+    out_info["objects"] = ObjectPlan(len(plain), recipes, effects) if recipes or effects else None
+    return (*plain, *builder.tensors)
 
 
 def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> torch.fx.GraphModule:

@@ -20,6 +20,7 @@ from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError
 from conveyor.fallback import EagerFallback, warn_eager, watching_capture
+from conveyor.objects import ObjectArgs, walk_args
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn, Request
@@ -65,27 +66,35 @@ class Compiled:
         state = self._state.tensors() if self._state is not None else []
         constants: tuple[tuple[int, Any], ...]
         spec_key: Hashable
+        objects: ObjectArgs | None = None
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             # the common case, without pytree's cost: positional tensors only
             leaves, in_spec = list(args), _positional_spec(len(args))
             tensors, constants, spec_key = leaves, (), len(args)
         else:
             leaves, in_spec = pytree.tree_flatten((args, kwargs))
+            objects = walk_args(leaves)  # Note [Python objects in and out]
             tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
-            constants = tuple((i, v) for i, v in enumerate(leaves) if not isinstance(v, torch.Tensor))
+            skip = set(objects.positions) if objects is not None else set()
+            constants = tuple(
+                (i, v) for i, v in enumerate(leaves) if not isinstance(v, torch.Tensor) and i not in skip
+            )
             spec_key = in_spec
+            if objects is not None:
+                tensors += objects.tensors
+                spec_key = (in_spec, objects.key)
         flat = [*state, *tensors]
         key = self._key(flat, spec_key, constants)
         entry = self._cache.get(key)
         if entry is None:
             state_names = lifted_state(self.module)[0] if self.module is not None else []
-            entry = self._compile(flat, state_names, in_spec, leaves, constants)
+            entry = self._compile(flat, state_names, in_spec, leaves, constants, objects)
             self._cache[key] = entry
         self.last = entry
         if entry.eager:
             return self.fn(*args, **kwargs)
         outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
-        return entry.layout.unflatten_outputs(outs)
+        return entry.layout.unflatten_outputs(outs, objects.containers if objects is not None else ())
 
     def _key(self, flat: Sequence[Any], spec_key: Hashable, constants: tuple[tuple[int, Any], ...]) -> Hashable:
         try:
@@ -111,6 +120,7 @@ class Compiled:
         in_spec: Any,
         leaves: Sequence[Any],
         constants: tuple[tuple[int, Any], ...],
+        objects: ObjectArgs | None = None,
     ) -> Entry:
         pipeline = self._pipeline_for(flat)
         layout = CallLayout(
@@ -123,7 +133,7 @@ class Compiled:
         fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
         try:
             with watching_capture():
-                graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode)
+                graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, objects)
         except EagerFallback as exc:
             warn_eager(getattr(self.fn, "__qualname__", type(self.fn).__qualname__), str(exc))
             return Entry(_no_compiled, layout, (), "eager (fallback)", eager=True)

@@ -6,7 +6,8 @@
 3. the environment: ``CONVEYOR_BACKEND``, ``CONVEYOR_ENABLE``,
    ``CONVEYOR_DISABLE`` (comma-separated stage names), ``CONVEYOR_AUTOLOAD``
    (``0`` turns off entry-point discovery), ``CONVEYOR_PLUGINS`` (allow-list of
-   entry-point names), ``CONVEYOR_BLOCK_PLUGINS`` (block-list);
+   entry-point names), ``CONVEYOR_BLOCK_PLUGINS`` (block-list),
+   ``CONVEYOR_DYNAMIC`` (``1``, ``0`` or ``auto``);
 4. arguments to ``conveyor.compile(...)`` / ``torch.compile(..., options=...)``.
 
 Per-stage options are tables keyed by stage name:
@@ -39,6 +40,10 @@ class Config:
     :ivar autoload: discover plugins through the ``conveyor`` entry-point group.
     :ivar plugins: if not ``None``, only these entry-point names are loaded.
     :ivar block_plugins: entry-point names never loaded.
+    :ivar dynamic: symbolic sizes for ``conveyor.compile``: ``None`` (the
+        default) compiles the first call static and, when a later call differs
+        only in sizes, once more with those sizes symbolic; ``True`` is
+        symbolic from the first call; ``False`` specializes on every size.
     """
 
     backend: str | None = None
@@ -48,6 +53,7 @@ class Config:
     autoload: bool = True
     plugins: tuple[str, ...] | None = None
     block_plugins: tuple[str, ...] = ()
+    dynamic: bool | None = None
 
     def __post_init__(self) -> None:
         overlap = set(self.enable) & set(self.disable)
@@ -83,6 +89,8 @@ class Config:
                 changes[key] = value
             elif key == "autoload":
                 changes[key] = bool(value)
+            elif key == "dynamic":
+                changes[key] = _dynamic(value, source)
         # a later layer that enables a stage overrides an earlier disable and vice versa
         if "enable" in changes and "disable" not in changes:
             changes["disable"] = tuple(n for n in self.disable if n not in changes["enable"])
@@ -100,6 +108,17 @@ def _names(value: Any, key: str, source: str) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"config ({source}): {key!r} must be a list of stage names")
     return tuple(value)
+
+
+def _dynamic(value: Any, source: str) -> bool | None:
+    if isinstance(value, str):
+        words = {"1": True, "true": True, "0": False, "false": False, "auto": None, "none": None, "": None}
+        if value.strip().lower() not in words:
+            raise ConfigError(f"config ({source}): 'dynamic' must be true, false or auto, not {value!r}")
+        return words[value.strip().lower()]
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"config ({source}): 'dynamic' must be true, false or None (auto), not {value!r}")
+    return value
 
 
 def pyproject_layer(start: Path | None = None) -> tuple[dict[str, Any], str]:
@@ -123,6 +142,7 @@ _ENV = {
     "CONVEYOR_AUTOLOAD": "autoload",
     "CONVEYOR_PLUGINS": "plugins",
     "CONVEYOR_BLOCK_PLUGINS": "block_plugins",
+    "CONVEYOR_DYNAMIC": "dynamic",
 }
 
 

@@ -1,0 +1,164 @@
+"""Python objects in and out of ``conveyor.compile`` (Note [Python objects in and out])."""
+
+import conveyor
+import pytest
+import torch
+from conveyor import CaptureError
+from torch._subclasses.fake_tensor import FakeTensor
+
+
+class Box:  # not a pytree node
+    def __init__(self, t):
+        self.t = t
+
+
+class Cache:
+    def __init__(self):
+        self.k = None
+
+    def update(self, x):
+        self.k = x if self.k is None else torch.cat([self.k, x])
+        return self.k
+
+
+class ListCache:
+    def __init__(self):
+        self.items = []
+        self.calls = 0
+
+    def push(self, x):
+        self.items.append(x * 2)
+        self.calls += 1
+        return torch.stack(self.items).sum(0)
+
+
+def _no_fakes(value, seen=None):
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return True
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        return not isinstance(value, FakeTensor) and not isinstance(value, torch._subclasses.FakeTensor)
+    if isinstance(value, (list, tuple)):
+        return all(_no_fakes(v, seen) for v in value)
+    if isinstance(value, dict):
+        return all(_no_fakes(v, seen) for v in value.values())
+    if hasattr(value, "__dict__"):
+        return all(_no_fakes(v, seen) for v in vars(value).values())
+    return True
+
+
+def test_a_returned_object_is_rebuilt_per_call_with_real_tensors():
+    def f(x):
+        return x * 2, Box(x + 1)
+
+    c = conveyor.compile(f)
+    x = torch.randn(3)
+    (a, b), (_, b2) = c(x), c(x + 1)
+    assert type(b) is Box and b is not b2 and _no_fakes(b)
+    torch.testing.assert_close(b.t, x + 1)
+    torch.testing.assert_close(b2.t, x + 2)
+    torch.testing.assert_close(a, x * 2)
+
+
+def test_attribute_writes_on_an_argument_object_are_replayed():
+    def g(x, cache):
+        return cache.update(x).sum()
+
+    c = conveyor.compile(g)
+    x = torch.full((3,), 2.0)
+    eager, compiled = Cache(), Cache()
+    want = [g(x, eager).item() for _ in range(3)]
+    got = [c(x, compiled).item() for _ in range(3)]
+    assert want == got == [6.0, 12.0, 18.0]
+    assert _no_fakes(compiled) and type(compiled.k) is torch.Tensor
+    torch.testing.assert_close(compiled.k, eager.k)
+    # the cache's tensor shapes and None-ness are part of the key: three specializations
+    assert len(c._cache) == 3
+
+
+def test_list_appends_and_counters_on_an_argument_object_are_replayed():
+    def f(x, cache):
+        return cache.push(x)
+
+    c = conveyor.compile(f, dynamic=False)
+    eager, compiled = ListCache(), ListCache()
+    xs = [torch.randn(2) for _ in range(3)]
+    for x in xs:
+        torch.testing.assert_close(c(x, compiled), f(x, eager))
+    assert compiled.calls == eager.calls == 3 and len(compiled.items) == 3
+    for a, b in zip(compiled.items, eager.items):
+        torch.testing.assert_close(a, b)
+    assert _no_fakes(compiled)
+
+
+def test_the_argument_object_returned_is_the_callers_object():
+    def f(x, cache):
+        cache.update(x)
+        return {"cache": cache, "y": x + 1}
+
+    cache = Cache()
+    out = conveyor.compile(f)(torch.ones(2), cache)
+    assert out["cache"] is cache and type(cache.k) is torch.Tensor
+    torch.testing.assert_close(cache.k, torch.ones(2))
+
+
+def test_a_failed_capture_leaves_the_callers_objects_as_they_were():
+    def f(x, cache):
+        cache.update(x * 3)
+        if cache.k.sum() > 0:  # data-dependent: standalone capture fails
+            return x
+        return -x
+
+    cache = Cache()
+    cache.k = torch.ones(2)
+    before = cache.k
+    with pytest.raises(CaptureError, match="torch.compile"):
+        conveyor.compile(f)(torch.ones(2), cache)
+    assert cache.k is before and vars(cache) == {"k": before}
+
+
+def test_a_module_writing_its_own_attributes_runs_eagerly_with_a_warning():
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.last = None
+
+        def forward(self, x):
+            self.last = self.lin(x)
+            return self.last * 2
+
+    m = Counting()
+    c = conveyor.compile(m)
+    x = torch.randn(2, 3)
+    with pytest.warns(UserWarning, match=r"writes module attribute\(s\) \['Counting.last'\].*torch.compile"):
+        out = c(x)
+    torch.testing.assert_close(out, m.lin(x) * 2)
+    assert type(m.last) is torch.Tensor  # eager ran: the real value
+
+
+def test_a_result_that_cannot_be_rebuilt_runs_eagerly_with_a_warning():
+    class Slotted:
+        __slots__ = ("t",)
+
+        def __init__(self, t):
+            self.t = t
+
+    def f(x):
+        return Slotted(x + 1)
+
+    with pytest.warns(UserWarning, match="Slotted holding tensors.*torch.compile"):
+        out = conveyor.compile(f)(torch.ones(2))
+    assert type(out.t) is torch.Tensor
+    torch.testing.assert_close(out.t, torch.full((2,), 2.0))
+
+
+def test_gradients_flow_through_an_object_result():
+    def f(x, w):
+        return Box(x @ w)
+
+    x, w = torch.randn(2, 3), torch.randn(3, 3, requires_grad=True)
+    out = conveyor.compile(f)(x, w)
+    out.t.sum().backward()
+    torch.testing.assert_close(w.grad, x.t() @ torch.ones(2, 3))
