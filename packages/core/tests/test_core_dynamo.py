@@ -88,3 +88,23 @@ def test_a_scalar_tensor_read_with_item_is_specialized_by_value():
     x = torch.randn(4)
     torch.testing.assert_close(f_c(x, torch.tensor(2.0)), x * 2.0)
     torch.testing.assert_close(f_c(x, torch.tensor(3.0)), x * 3.0)
+
+
+def test_run_time_calls_are_not_rekeyed_on_what_dynamo_guards():
+    # DDPOptimizer lowers each piece with plain fakes; at run time the same
+    # inputs are nn.Parameters (Note [What dynamo's guards decide])
+    from conveyor.dynamo import conveyor_backend
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gm = torch.fx.symbolic_trace(lambda w, x: (x @ w).relu())
+    fake_mode = FakeTensorMode()
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    x = torch.randn(2, 4)
+    with fake_mode:
+        fakes = [torch.empty(4, 3, requires_grad=True), torch.empty(2, 4)]
+    compiled = conveyor_backend(gm, fakes)
+    out = compiled(w, x)[0]
+    torch.testing.assert_close(out, (x @ w).relu())
+    out.sum().backward()
+    torch.testing.assert_close(w.grad, x.t() @ ((x @ w) > 0).float())
+    assert compiled._static == {}  # served by the graph compiled at lowering

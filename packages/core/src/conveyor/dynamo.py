@@ -72,7 +72,8 @@ class DynamoCompiled:
         stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
         values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
         items = tuple(self._item_values(flat).items())
-        return (cache.call_key(flat, shapes=shapes), stage_keys, values, items)
+        core = cache.call_key(flat) if shapes else _unguarded_key(flat)
+        return (core, stage_keys, values, items)
 
     def _compile(
         self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]
@@ -101,6 +102,22 @@ class DynamoCompiled:
                 entry = self._static[key] = self._compile(fakes, fake_mode, self._item_values(args))
         _last_graphs[0] = entry[1]
         return entry[0](list(args))
+
+
+def _unguarded_key(flat: Sequence[Any]) -> Hashable:
+    """Note [What dynamo's guards decide]: the part of a call that dynamo's
+    guards do not check but a compiled graph depends on: grad mode, autocast,
+    which inputs share storage, and each tensor's ``requires_grad`` and
+    leafness. Python type (``nn.Parameter`` at run time, a plain fake at
+    lowering under DDPOptimizer), dtype, device and sizes are dynamo's to
+    guard: keying on them here would compile again, statically, what the
+    lowered graph already serves."""
+    return (
+        torch.is_grad_enabled(),
+        cache._autocast_key(),
+        tuple((x.requires_grad, x.is_leaf) if isinstance(x, torch.Tensor) else None for x in flat),
+        cache.storage_groups(flat),
+    )
 
 
 def _read_with_item(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, ...]:
