@@ -7,6 +7,7 @@ compiled callable or capture and compile a new one.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from conveyor import cache
+from conveyor import cache, dynamic_shapes
 from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError
@@ -24,6 +25,7 @@ from conveyor.objects import ObjectArgs, walk_args
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn, Request
+from conveyor.subclasses import boundary_key, lowered
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Entry:
     closure: tuple[torch.Tensor, ...] = ()
     #: run the original program instead (Note [Custom autograd functions])
     eager: bool = False
+    #: the size relations a symbolic entry assumed (Note [Automatic dynamic shapes])
+    guards: dynamic_shapes.Guards | None = None
 
 
 class Compiled:
@@ -52,6 +56,12 @@ class Compiled:
         self._cache: dict[Hashable, Entry] = {}
         self._pipelines: dict[str, Pipeline] = {self.pipeline.backend.name: self.pipeline}
         self.last: Entry | None = None
+        #: captures so far (each a trace and a pipeline compile)
+        self.compiles = 0
+        # Note [Automatic dynamic shapes]: by the key without sizes
+        self._symbolic: dict[Hashable, list[Entry]] = {}
+        self._first_sizes: dict[Hashable, dynamic_shapes.Sizes] = {}
+        self._dims: dict[Hashable, frozenset[tuple[int, int]]] = {}
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -87,9 +97,7 @@ class Compiled:
         key = self._key(flat, spec_key, constants)
         entry = self._cache.get(key)
         if entry is None:
-            state_names = lifted_state(self.module)[0] if self.module is not None else []
-            entry = self._compile(flat, state_names, in_spec, leaves, constants, objects)
-            self._cache[key] = entry
+            entry = self._cache[key] = self._miss(key, flat, in_spec, leaves, constants, objects)
         self.last = entry
         if entry.eager:
             return self.fn(*args, **kwargs)
@@ -110,9 +118,49 @@ class Compiled:
             ) from exc
         stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
         training = self._state.training() if self._state is not None else ()
-        return (spec_key, constants, training, cache.call_key(flat), stage_keys)
+        return (spec_key, constants, training, cache.call_key(flat), stage_keys, boundary_key(flat))
 
     # -- a cache miss -------------------------------------------------------
+    def _miss(
+        self,
+        key: Hashable,
+        flat: Sequence[Any],
+        in_spec: Any,
+        leaves: Sequence[Any],
+        constants: tuple[tuple[int, Any], ...],
+        objects: ObjectArgs | None,
+    ) -> Entry:
+        """A symbolic entry whose guards hold, or a new compile: symbolic when
+        this call differs from an earlier one only in sizes (Note [Automatic
+        dynamic shapes])."""
+        state_names = lifted_state(self.module)[0] if self.module is not None else []
+        dynamic = self.config.dynamic
+        if dynamic is False:
+            return self._compile(flat, state_names, in_spec, leaves, constants, objects)
+        assert isinstance(key, tuple)
+        skey = (*key[:3], dynamic_shapes.shapeless_key(flat), *key[4:])
+        for entry in self._symbolic.get(skey, ()):
+            if entry.guards is None or entry.guards.check([*flat, *entry.closure]):
+                return entry
+        first = self._first_sizes.get(skey)
+        dims: frozenset[tuple[int, int]] = frozenset()
+        if dynamic_shapes.can_be_symbolic(flat) is None:
+            if dynamic:
+                dims = dynamic_shapes.all_dims(flat)
+            elif first is not None:
+                dims = self._dims.get(skey, frozenset()) | dynamic_shapes.changed_dims(first, dynamic_shapes.sizes(flat))
+        if not dims:
+            entry = self._compile(flat, state_names, in_spec, leaves, constants, objects)
+            self._first_sizes.setdefault(skey, dynamic_shapes.sizes(flat))
+            if entry.eager:  # the same for every size: capture once
+                self._symbolic.setdefault(skey, []).append(entry)
+            return entry
+        entry = self._compile(flat, state_names, in_spec, leaves, constants, objects, dims)
+        if entry.guards is not None or entry.eager:
+            self._dims[skey] = dims
+            self._symbolic.setdefault(skey, []).append(entry)
+        return entry
+
     def _compile(
         self,
         flat: Sequence[Any],
@@ -121,7 +169,33 @@ class Compiled:
         leaves: Sequence[Any],
         constants: tuple[tuple[int, Any], ...],
         objects: ObjectArgs | None = None,
+        dims: frozenset[tuple[int, int]] = frozenset(),
     ) -> Entry:
+        if dims:
+            try:
+                return self._compile_once(flat, state_names, in_spec, leaves, constants, objects, dims)
+            except Exception as exc:  # a stage that cannot take symbolic sizes: static, said aloud
+                warnings.warn(
+                    f"conveyor: compiling {self._name()} with static sizes: with symbolic sizes it failed: "
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                    stacklevel=4,
+                )
+        return self._compile_once(flat, state_names, in_spec, leaves, constants, objects, dims=frozenset())
+
+    def _name(self) -> str:
+        return getattr(self.fn, "__qualname__", type(self.fn).__qualname__)
+
+    def _compile_once(
+        self,
+        flat: Sequence[Any],
+        state_names: Sequence[str],
+        in_spec: Any,
+        leaves: Sequence[Any],
+        constants: tuple[tuple[int, Any], ...],
+        objects: ObjectArgs | None,
+        dims: frozenset[tuple[int, int]],
+    ) -> Entry:
+        self.compiles += 1
         pipeline = self._pipeline_for(flat)
         layout = CallLayout(
             in_spec=in_spec,
@@ -129,18 +203,24 @@ class Compiled:
             constants=constants,
             n_lifted=len(state_names),
         )
-        fake_mode = FakeTensorMode()
-        fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
+        if dims:
+            fake_mode, fakes = dynamic_shapes.symbolic_fakes(flat, dims)
+        else:
+            fake_mode = FakeTensorMode()
+            fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
         try:
             with watching_capture():
                 graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, objects)
         except EagerFallback as exc:
-            warn_eager(getattr(self.fn, "__qualname__", type(self.fn).__qualname__), str(exc))
+            warn_eager(self._name(), str(exc))
             return Entry(_no_compiled, layout, (), "eager (fallback)", eager=True)
         fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
-        request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
+        inputs, at_boundary = lowered(graph, fakes)  # Note [Tensor subclasses]
+        request = Request(graph, inputs, fake_mode, torch.is_grad_enabled())
         compiled, graphs = pipeline.compile(request)
-        return Entry(compiled, layout, graphs, pipeline.backend.name, closure)
+        compiled = at_boundary(compiled)
+        guards = dynamic_shapes.Guards.of(fake_mode, fakes) if dims else None
+        return Entry(compiled, layout, graphs, pipeline.backend.name, closure, guards=guards)
 
     def _pipeline_for(self, flat: Sequence[Any]) -> Pipeline:
         """The configured pipeline; with no backend configured, ``triton`` for
