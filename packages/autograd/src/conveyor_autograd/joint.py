@@ -106,6 +106,19 @@ def _tag_forward_nodes() -> None:
             node.meta[PHASE] = True
 
 
+def _no_compiled_autograd() -> Any:
+    """Note [Joint trace under compiled autograd]: the joint trace runs
+    ``torch.autograd.grad`` at compile time. When a ``.backward()`` runs under
+    torch's compiled autograd (``conveyor_compiled_autograd.enable``, or
+    ``torch._dynamo.compiled_autograd._enable``) and the forward compiles
+    inside it, that engine call would itself be captured and compiled as if it
+    were the user's backward. AOTAutograd turns compiled autograd off around
+    the same call; so do we."""
+    from torch._dynamo import compiled_autograd
+
+    return compiled_autograd._disable()
+
+
 def trace_joint(request: Request) -> JointGraph | None:
     """Trace the joint program of ``request``; ``None`` when no output
     requires grad (there is nothing to differentiate)."""
@@ -131,12 +144,13 @@ def trace_joint(request: Request) -> JointGraph | None:
         )
         if not diff:
             return tuple(outs)
-        grads = torch.autograd.grad(
-            [outs[k] for k in diff],
-            [primals[i] for i in wrt],
-            [tangents[candidates.index(k)] for k in diff],
-            allow_unused=True,
-        )
+        with _no_compiled_autograd():  # Note [Joint trace under compiled autograd]
+            grads = torch.autograd.grad(
+                [outs[k] for k in diff],
+                [primals[i] for i in wrt],
+                [tangents[candidates.index(k)] for k in diff],
+                allow_unused=True,
+            )
         found["grad_inputs"] = tuple(i for i, g in zip(wrt, grads, strict=True) if g is not None)
         return (*outs, *(g for g in grads if g is not None))
 

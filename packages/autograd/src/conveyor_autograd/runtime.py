@@ -18,9 +18,11 @@ intermediates]).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.fx
 from conveyor import CompiledFn
 
 from conveyor_autograd.layout import AutogradLayout
@@ -93,10 +95,69 @@ def _poisoned(grads: Sequence[Any], leaves: Sequence[Any]) -> list[Any]:
     return out
 
 
-def wrap(layout: AutogradLayout, compiled_forward: CompiledFn, compiled_backward: CompiledFn) -> CompiledFn:
+@dataclass(frozen=True)
+class BackwardGraph:
+    """Note [Inlined backward]: what torch's compiled autograd needs to copy
+    one program's backward graph into its capture instead of calling the
+    compiled backward opaquely (``conveyor_compiled_autograd`` reads it off
+    ``ctx._forward_cls.conveyor_backward``).
+
+    :ivar layout: the program's calling conventions; the graph's placeholders
+        are ``layout.backward_args(saved tensors, saved symbols, tangents)``.
+    :ivar graph: the aten backward graph as the autograd stage produced it,
+        before the backend compiled it (a copy: nothing downstream edits it).
+    """
+
+    layout: AutogradLayout
+    graph: torch.fx.GraphModule
+
+    def __post_init__(self) -> None:
+        n = sum(1 for node in self.graph.graph.nodes if node.op == "placeholder")
+        want = self.layout.num_saved + len(self.layout.diff_outputs)
+        if n != want:
+            raise ValueError(f"BackwardGraph: {n} placeholders, the layout needs {want}")
+
+
+def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A new graph with the same nodes (node meta copied shallowly)."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def program_function(layout: AutogradLayout, backward: torch.fx.GraphModule) -> type[CompiledFunction]:
+    """A :class:`CompiledFunction` subclass for one compiled program, marked
+    with its :class:`BackwardGraph` (Note [Inlined backward]).
+
+    Compiled autograd keys a Python node by its class and by
+    ``_compiled_autograd_key``: the saved symbols (SymInts at compile time,
+    ints at run time) are part of that key, so the capture lifts them as
+    sizes and a new batch size does not specialize the captured graph."""
+
+    def key(ctx: Any) -> tuple[Any, ...]:
+        return (ctx._autograd_function_id, *ctx.symbols)
+
+    return type(
+        "CompiledFunction",
+        (CompiledFunction,),
+        {
+            "conveyor_backward": BackwardGraph(layout, _copy_graph(backward)),
+            "_compiled_autograd_key": staticmethod(key),
+            "__module__": __name__,
+        },
+    )
+
+
+def wrap(
+    layout: AutogradLayout,
+    compiled_forward: CompiledFn,
+    compiled_backward: CompiledFn,
+    function: type[CompiledFunction] = CompiledFunction,
+) -> CompiledFn:
     """The stage's compiled callable: flat args in, user outputs out."""
 
     def run(args: list[Any]) -> Sequence[Any]:
-        return CompiledFunction.apply(layout, compiled_forward, compiled_backward, *args)
+        return function.apply(layout, compiled_forward, compiled_backward, *args)
 
     return run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +12,7 @@ from conveyor_autograd.grad_mode_ops import with_grad_mode_on
 from conveyor_autograd.joint import STAGE, trace_joint, writing_node
 from conveyor_autograd.min_cut import min_cut
 from conveyor_autograd.partition import Partitioner, Split, save_eager, split
-from conveyor_autograd.runtime import wrap
+from conveyor_autograd.runtime import program_function, wrap
 
 PARTITIONERS: dict[str, Partitioner] = {"min_cut": min_cut, "save_eager": save_eager}
 
@@ -72,4 +71,5 @@ def lower_split(request: Request, parts: Split) -> Lowering:
         facts=request.facts,
         label="backward",
     )
-    return Lowering((fwd, bwd), functools.partial(wrap, parts.layout))
+    function = program_function(parts.layout, parts.backward)  # Note [Inlined backward] in runtime.py
+    return Lowering((fwd, bwd), lambda f, b: wrap(parts.layout, f, b, function))
