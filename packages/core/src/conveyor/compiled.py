@@ -62,6 +62,7 @@ class Compiled:
         self._symbolic: dict[Hashable, list[Entry]] = {}
         self._first_sizes: dict[Hashable, dynamic_shapes.Sizes] = {}
         self._dims: dict[Hashable, frozenset[tuple[int, int]]] = {}
+        self._static_only: set[Hashable] = set()
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -144,7 +145,7 @@ class Compiled:
                 return entry
         first = self._first_sizes.get(skey)
         dims: frozenset[tuple[int, int]] = frozenset()
-        if dynamic_shapes.can_be_symbolic(flat) is None:
+        if skey not in self._static_only and dynamic_shapes.can_be_symbolic(flat) is None:
             if dynamic:
                 dims = dynamic_shapes.all_dims(flat)
             elif first is not None:
@@ -159,6 +160,8 @@ class Compiled:
         if entry.guards is not None or entry.eager:
             self._dims[skey] = dims
             self._symbolic.setdefault(skey, []).append(entry)
+        else:  # a stage refused symbolic sizes (warned): try no more for this key
+            self._static_only.add(skey)
         return entry
 
     def _compile(

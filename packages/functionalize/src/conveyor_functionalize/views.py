@@ -82,7 +82,10 @@ class ViewRecipe:
         if replay is not None and not _is_concrete(expected):
             return ViewRecipe(None, replay, not requires_grad)
         sizes, strides, offset = expected if _is_concrete(expected) else concrete(view, what)
-        geometry = (sizes, strides, offset - concrete(viewed, what)[2])
+        viewed_offset = viewed.storage_offset()  # only its offset: its sizes may be symbolic
+        if type(viewed_offset) is not int:
+            raise StageError(STAGE, f"{what} views a tensor at a symbolic storage offset; only static offsets are supported")
+        geometry = (sizes, strides, offset - viewed_offset)
         return ViewRecipe(geometry, replay, not requires_grad)
 
     def regenerate(self, viewed: torch.Tensor) -> torch.Tensor:
