@@ -205,7 +205,7 @@ def test_training_steps_match_eager(name: str, entry: str) -> None:
             if q.grad is None:
                 assert p.grad is None, pname
                 continue
-            torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda m, pname=pname: f"step {step}, {pname}: {m}")
+            torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda m, pname=pname, step=step: f"step {step}, {pname}: {m}")
         opt.step()
         ref_opt.step()
 
@@ -224,7 +224,7 @@ def test_kv_cache_prefill_and_decoding_match_eager(name: str, entry: str) -> Non
         got, want = compiled(input_ids=ids), ref(input_ids=ids)
         cache, ref_cache = got.past_key_values, want.past_key_values
         assert type(cache) is type(ref_cache) and cache is not ref_cache
-        for step in range(steps):
+        for _ in range(steps):
             torch.testing.assert_close(got.logits, want.logits, **TOL)
             for a, b in zip(cache.layers, ref_cache.layers, strict=True):
                 assert type(a.keys) is torch.Tensor and type(a.values) is torch.Tensor  # real, never fake
