@@ -1,0 +1,139 @@
+"""The run-time half: ``CompiledBackward``, what torch's engine calls for one capture.
+
+The engine calls it on every backward that hits the capture, with the
+lifted values: ``(inputs, sizes, scalars, hooks, packed_data)``. It runs the
+capture's :class:`~conveyor_compiled_autograd.plan.Plan`: plumbing in
+Python, each segment through its :class:`SegmentProgram`, opaque nodes
+(hooks, foreign Functions, gradient accumulation) as they are, in order.
+
+Gradient accumulation is torch's own functional ``AccumulateGrad``
+(``call_accumulate_grad``): an existing ``.grad`` is updated in place, a new
+one follows the gradient layout contract, a sparse gradient stays sparse,
+and post-accumulate-grad hooks run after it on the accumulated ``.grad``.
+``torch.autograd.grad`` captures have no accumulation: the graph returns the
+gradients.
+
+Note [Higher-order gradients]: the engine does not key a capture by
+``create_graph``; it runs the callable with grad mode on when the user asked
+for ``create_graph=True``. The compiled segments are compiled without
+autograd, so with grad mode on the capture runs as torch traced it, node by
+node (torch's C++ formulas are differentiable). A capture that inlined a
+conveyor backward graph cannot: those graphs read the forward's saved values,
+which carry no autograd history, so their gradients would differentiate to
+wrong values. Such a backward raises :data:`HIGHER_ORDER`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from conveyor import Pipeline, StageGraph
+
+from conveyor_compiled_autograd.callbacks import collecting
+from conveyor_compiled_autograd.plan import Plan, plan, run_node
+from conveyor_compiled_autograd.program import STAGE, SegmentProgram
+
+HIGHER_ORDER = (
+    f"conveyor stage {STAGE!r}: higher-order gradients (create_graph=True) through a backward that "
+    "inlined conveyor's compiled backward graphs are not supported (they are compiled without autograd); "
+    "run this backward outside conveyor_compiled_autograd.enable(), or compute higher-order gradients eagerly"
+)
+
+
+def _final_callbacks_stub() -> Any:
+    from torch._dynamo.external_utils import FakeCompiledAutogradEngine
+
+    return getattr(FakeCompiledAutogradEngine, "_exec_final_callbacks_stub", None)
+
+
+class CompiledBackward:
+    """Runs one captured graph (see the module docstring).
+
+    :param gm: the captured graph.
+    :param pipeline: compiles its segments.
+    :param inlined: how many conveyor backward graphs the capture copied in.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, pipeline: Pipeline, inlined: int, name: str) -> None:
+        self.gm = gm
+        self.inlined = inlined
+        self.plan: Plan = plan(gm.graph)
+        self.programs: dict[int, SegmentProgram] = {}
+        for k, seg in enumerate(self.plan.segments):
+            if seg.computes:
+                self.programs[id(seg)] = SegmentProgram(seg, pipeline, gm, f"{name} segment {k}")
+        self._stub = _final_callbacks_stub()
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self._placeholders = placeholders
+        # values no later step reads are dropped from the environment after their last step
+        last: dict[torch.fx.Node, int] = {}
+        for i, (kind, item) in enumerate(self.plan.steps):
+            for node in _reads(kind, item):
+                last[node] = i
+        self._free: list[list[torch.fx.Node]] = [[] for _ in self.plan.steps]
+        for node, i in last.items():
+            self._free[i].append(node)
+        self._keep = set(self.plan.output.all_input_nodes)
+
+    @property
+    def graphs(self) -> tuple[StageGraph, ...]:
+        """The captured graph, then the graph after each stage of each compiled segment."""
+        out = [StageGraph(STAGE, "captured backward", self.gm)]
+        for program in self.programs.values():
+            out.extend(program.graphs)
+        return tuple(out)
+
+    @property
+    def compiles(self) -> int:
+        """Conveyor compilations of this capture's segments so far."""
+        return sum(p.compiles for p in self.programs.values())
+
+    def __call__(self, inputs: list[Any], sizes: list[Any], scalars: list[Any], hooks: list[Any], packed: list[Any]) -> Any:
+        with collecting() as engine:
+            if torch.is_grad_enabled():  # Note [Higher-order gradients]
+                if self.inlined:
+                    raise RuntimeError(HIGHER_ORDER)
+                out = self.gm(inputs, sizes, scalars, hooks, packed)
+                engine.run_pending()
+                return out
+            return self._run(inputs, sizes, scalars, hooks, packed, engine)
+
+    def _run(self, inputs: list[Any], sizes: list[Any], scalars: list[Any], hooks: list[Any], packed: list[Any], engine: Any) -> Any:
+        env: dict[torch.fx.Node, Any] = dict(zip(self._placeholders, (inputs, sizes, scalars, hooks, packed), strict=True))
+        cleared = False
+        stub_ran = False
+        for i, (kind, item) in enumerate(self.plan.steps):
+            if kind == "plumbing":
+                env[item] = run_node(item, env, self.gm)
+            else:
+                if not cleared:  # the lifted inputs are ours now: free activations as they are used
+                    inputs.clear()
+                    cleared = True
+                if kind == "segment":
+                    program = self.programs.get(id(item))
+                    if program is None:
+                        for node in item.nodes:
+                            env[node] = run_node(node, env, self.gm)
+                    else:
+                        outs = program([env[n] for n in item.inputs])
+                        env.update(zip(item.outputs, outs, strict=True))
+                elif item.op == "call_function" and item.target is self._stub:
+                    engine.run_pending()  # Note [Queued callbacks]
+                    stub_ran = True
+                else:
+                    env[item] = run_node(item, env, self.gm)
+            for node in self._free[i]:
+                if node not in self._keep:
+                    env.pop(node, None)
+        if not stub_ran:
+            engine.run_pending()
+        return list(torch.fx.node.map_arg(self.plan.output.args[0], env.__getitem__))
+
+
+def _reads(kind: str, item: Any) -> Sequence[torch.fx.Node]:
+    if kind == "segment":
+        return [*item.inputs, *item.nodes]
+    return list(item.all_input_nodes)

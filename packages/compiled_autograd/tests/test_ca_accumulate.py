@@ -1,0 +1,155 @@
+"""A plain model under compiled autograd: gradients, accumulation, autograd.grad, inputs=, sizes."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any
+
+import conveyor_compiled_autograd as cca
+import pytest
+import torch
+from ca_helpers import assert_same_grads, mlp
+from torch import nn
+
+
+def _loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return model(x).pow(2).sum()
+
+
+def test_mlp_steps_match_eager_and_keep_grad_objects() -> None:
+    ref = mlp()
+    model = copy.deepcopy(ref)
+    opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_m = torch.optim.SGD(model.parameters(), lr=0.1)
+    grads_seen: list[torch.Tensor] = []
+    with cca.enable() as session:
+        for step in range(4):
+            x = torch.randn(5, 4)
+            _loss(model, x).backward()
+            with torch._dynamo.compiled_autograd._disable():
+                _loss(ref, x).backward()
+            assert_same_grads(ref.parameters(), model.parameters())
+            if step:  # an existing .grad is updated in place: the same tensor object
+                assert all(p.grad is g for p, g in zip(model.parameters(), grads_seen, strict=True))
+            grads_seen = [p.grad for p in model.parameters()]
+            opt_r.step()
+            opt_m.step()
+    assert session.captures == 2  # .grad None, then defined; identical steps after that hit the cache
+    assert all(c.compiles == 1 for c in session.history)
+
+
+def test_zero_grad_set_to_none_recaptures_at_most_once() -> None:
+    model = mlp()
+    with cca.enable() as session:
+        for _ in range(4):
+            model.zero_grad(set_to_none=True)
+            _loss(model, torch.randn(3, 4)).backward()
+    assert session.captures == 1
+
+
+def test_changing_batch_size_compiles_once() -> None:
+    """Note [Symbolic sizes]: sizes are symbols; no conveyor recompile per batch size."""
+    ref = mlp()
+    model = copy.deepcopy(ref)
+    with cca.enable() as session:
+        for batch in (3, 5, 8, 13, 2):
+            x = torch.randn(batch, 4)
+            _loss(model, x).backward()
+            with torch._dynamo.compiled_autograd._disable():
+                _loss(ref, x).backward()
+            assert_same_grads(ref.parameters(), model.parameters())
+    assert session.captures == 2
+    assert [c.compiles for c in session.history] == [1, 1]
+
+
+def test_autograd_grad_returns_grads_and_leaves_dot_grad_alone() -> None:
+    ref = mlp()
+    model = copy.deepcopy(ref)
+    x = torch.randn(3, 4, requires_grad=True)
+    expected = torch.autograd.grad(_loss(ref, x), [x, *ref.parameters()])
+    with cca.enable() as session:
+        got = torch.autograd.grad(_loss(model, x), [x, *model.parameters()])
+    assert session.captures == 1
+    assert all(p.grad is None for p in model.parameters()) and x.grad is None
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e)
+
+
+def test_backward_inputs_recaptures_when_inputs_change() -> None:
+    ref = mlp()
+    model = copy.deepcopy(ref)
+    x = torch.randn(3, 4)
+    with cca.enable() as session:
+        for m in (model, ref):
+            ctx: Any = torch._dynamo.compiled_autograd._disable() if m is ref else contextlib.nullcontext()
+            with ctx:
+                _loss(m, x).backward(inputs=[m[0].weight])
+        assert session.captures == 1
+        assert_same_grads(ref.parameters(), model.parameters())
+        assert model[2].weight.grad is None
+        for m in (model, ref):
+            ctx: Any = torch._dynamo.compiled_autograd._disable() if m is ref else contextlib.nullcontext()
+            with ctx:
+                _loss(m, x).backward(inputs=[m[2].weight, m[2].bias])
+        assert session.captures == 2
+        assert_same_grads(ref.parameters(), model.parameters())
+
+
+def test_retain_graph_backward_twice_and_eager_error_without() -> None:
+    ref = mlp()
+    model = copy.deepcopy(ref)
+    x = torch.randn(3, 4)
+    loss_r = _loss(ref, x)
+    loss_r.backward(retain_graph=True)
+    loss_r.backward()
+    with pytest.raises(RuntimeError) as eager_error:
+        loss_r.backward()
+    with cca.enable():
+        loss_m = _loss(model, x)
+        loss_m.backward(retain_graph=True)
+        loss_m.backward()
+        with pytest.raises(type(eager_error.value), match="backward through the graph a second time"):
+            loss_m.backward()
+    assert_same_grads(ref.parameters(), model.parameters())
+
+
+def test_gradient_layout_contract_channels_last() -> None:
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1)).to(memory_format=torch.channels_last)
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 3, 6, 6)
+    _loss(ref, x).backward()
+    with cca.enable():
+        _loss(model, x).backward()
+    assert_same_grads(ref.parameters(), model.parameters())  # strides included
+    assert model[0].weight.grad.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_sparse_gradients_stay_sparse() -> None:
+    torch.manual_seed(0)
+    ref = nn.Embedding(10, 3, sparse=True)
+    model = copy.deepcopy(ref)
+    for idx in (torch.tensor([1, 2, 2, 5]), torch.tensor([0, 9])):
+        ref(idx).sum().backward()
+        with cca.enable():
+            model(idx).sum().backward()
+    assert model.weight.grad.layout is torch.sparse_coo
+    assert_same_grads(ref.parameters(), model.parameters())
+
+
+def test_post_accumulate_grad_hooks_see_the_accumulated_grad() -> None:
+    def run(model: nn.Module, compiled: bool) -> list[torch.Tensor]:
+        seen: list[torch.Tensor] = []
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.clone()))
+        ctx: Any = cca.enable() if compiled else contextlib.nullcontext()
+        with ctx:
+            for _ in range(3):  # no zero_grad: each hook sees the running sum
+                _loss(model, torch.ones(2, 4)).backward()
+        return seen
+
+    eager, compiled = run(mlp(), False), run(mlp(), True)
+    assert len(compiled) == len(eager) == 12
+    for e, c in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(c, e)

@@ -1,0 +1,105 @@
+"""enable(): option checking, the state it restores, the stage entry."""
+
+from __future__ import annotations
+
+import copy
+
+import conveyor
+import conveyor_compiled_autograd as cca
+import pytest
+import torch
+from ca_helpers import assert_same_grads, mlp
+from conveyor.cli import main as conveyor_main
+from torch._dynamo import compiled_autograd as ca
+
+
+def test_bad_backend_fails_at_enable_with_the_choices() -> None:
+    with pytest.raises(conveyor.ConfigError, match="eager"):
+        with cca.enable(backend="no_such_backend"):
+            pytest.fail("the body must not run")
+
+
+def test_unknown_stage_option_fails_at_enable() -> None:
+    with pytest.raises(conveyor.ConfigError, match="partitioner"):
+        with cca.enable(stages={"autograd": {"no_such_option": 1}}):
+            pytest.fail("the body must not run")
+
+
+def test_unknown_key_fails_at_enable() -> None:
+    with pytest.raises(conveyor.ConfigError, match="valid keys"):
+        with cca.enable(bakend="eager"):
+            pytest.fail("the body must not run")
+
+
+def _one_step(model: torch.nn.Module) -> None:
+    model(torch.randn(3, 4)).pow(2).sum().backward()
+
+
+def test_autograd_outside_the_context_is_untouched() -> None:
+    model = mlp()
+    with cca.enable() as session:
+        _one_step(model)
+    assert session.captures == 1
+    assert not ca.compiled_autograd_enabled
+    _one_step(model)  # eager again: no capture
+    assert session.captures == 1
+
+
+def test_state_restored_after_an_exception() -> None:
+    model = mlp()
+    with pytest.raises(KeyError, match="boom"):
+        with cca.enable() as session:
+            _one_step(model)
+            raise KeyError("boom")
+    assert session.captures == 1
+    _one_step(model)
+    assert session.captures == 1 and not ca.compiled_autograd_enabled
+
+
+def test_restores_torch_own_compiled_autograd() -> None:
+    """Inside torch's ``_enable``: ours captures, theirs resumes after."""
+    theirs: list[torch.fx.GraphModule] = []
+    model, ref = mlp(), mlp()
+    with ca._enable(lambda gm: theirs.append(gm) or gm):
+        with cca.enable() as session:
+            _one_step(model)
+        assert session.captures == 1 and not theirs
+        _one_step(model)
+        assert len(theirs) == 1 and session.captures == 1
+        assert ca.compiled_autograd_enabled
+    x = torch.randn(3, 4)
+    torch.manual_seed(0)
+    for m in (model, ref):
+        m.zero_grad()
+    with cca.enable():
+        model(x).pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    assert_same_grads(ref.parameters(), model.parameters())
+
+
+def test_session_history_and_last() -> None:
+    model = mlp()
+    with cca.enable() as session:
+        assert session.last is None and session.captures == 0
+        _one_step(model)  # .grad is None: one capture
+        _one_step(model)  # .grad defined: another (torch's engine keys on it)
+        _one_step(model)
+    assert session.captures == 2
+    assert session.last is session.history[-1]
+    assert session.last.opaque == () and session.last.inlined == 0
+    stages = [g.stage for g in session.last.graphs]
+    assert stages[0] == "compiled_autograd" and stages[-1] == "eager" and "functionalize" in stages
+
+
+def test_stage_is_listed_off_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    assert conveyor_main(["stages"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if " compiled_autograd " in l)
+    assert "off by default" in line and "conveyor-compiled-autograd" in line
+
+
+def test_enabling_the_stage_in_a_forward_config_changes_nothing() -> None:
+    model = mlp()
+    compiled = conveyor.compile(copy.deepcopy(model), enable=["compiled_autograd"])
+    assert "compiled_autograd" in [s.name for s in compiled.pipeline.stages]
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), model(x))
