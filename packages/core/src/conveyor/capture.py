@@ -23,6 +23,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from conveyor import subclasses
 from conveyor.closure import trace_closing_over
 from conveyor.errors import CaptureError
 from conveyor.fallback import watching_user_code
@@ -232,7 +233,13 @@ def _flat_outputs(out: Any, installed: Installed | None, out_info: dict[str, Any
 
 def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> torch.fx.GraphModule:
     """Trace the user's flat program, keeping its ``no_grad`` regions
-    (see ``conveyor.grad_regions``)."""
+    (see ``conveyor.grad_regions``); tensor subclass inputs and outputs are
+    traced as their inner tensors (Note [Tensor subclasses])."""
+    desugared = subclasses.desugar(fn, fake_inputs)
+    if desugared is not None:
+        inner_fn, inner_fakes, boundary = desugared
+        graph = detach_no_grad_results(retrace(inner_fn, inner_fakes, fake_mode), tuple(inner_fakes))
+        return subclasses.stamp(graph, boundary())
     return detach_no_grad_results(retrace(fn, fake_inputs, fake_mode), tuple(fake_inputs))
 
 

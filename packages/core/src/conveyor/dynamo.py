@@ -26,10 +26,10 @@ import torch.fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from conveyor import cache
+from conveyor import cache, subclasses
 from conveyor.capture import trace_user
 from conveyor.config import resolve
-from conveyor.fallback import has_autograd_function, warn_eager
+from conveyor.fallback import EagerFallback, has_autograd_function, warn_eager, watching_capture
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn, Request
 
@@ -51,14 +51,19 @@ class DynamoCompiled:
         self.pipeline = pipeline
         self._eager = has_autograd_function(gm)  # Note [Custom autograd functions]
         if self._eager:
-            warn_eager("a dynamo graph", "it applies a torch.autograd.Function, whose own backward a captured graph cannot keep")
+            warn_eager(
+                "a dynamo graph",
+                "it applies a torch.autograd.Function, whose own backward a captured graph cannot keep",
+            )
             return
         self._items = _read_with_item(gm, example_inputs)
         # other grad modes / aliasing patterns / scalar values: compiled statically, keyed by shapes too
-        self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]]] = {}
+        self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]] | None] = {}
         self._lowered_key: Hashable = None
         if any(isinstance(example_inputs[i], FakeTensor) for i in self._items):
             return  # no values to specialize on yet: the first call compiles
+        if any(subclasses.is_subclass(x) for x in example_inputs) and _symbolic(example_inputs):
+            return  # Note [Tensor subclasses]: their outer sizes are static; the first call compiles
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         fakes = [_fakeify(x, fake_mode) for x in example_inputs]
         # the specialization dynamo compiled for: any sizes dynamo's guards allow
@@ -77,29 +82,40 @@ class DynamoCompiled:
 
     def _compile(
         self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]
-    ) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
+    ) -> tuple[CompiledFn, tuple[StageGraph, ...]] | None:
+        """The compiled graph, or ``None`` where it must run eagerly (warned)."""
         gm = _with_constant_items(self.gm, items)
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
             out = gm(*args)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
-        graph = trace_user(flat_fn, fakes, fake_mode)
-        request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
-        return self.pipeline.compile(request)
+        try:
+            with watching_capture():
+                graph = trace_user(flat_fn, fakes, fake_mode)
+        except EagerFallback as exc:
+            warn_eager("a dynamo graph", str(exc))
+            return None
+        inputs, at_boundary = subclasses.lowered(graph, fakes)  # Note [Tensor subclasses]
+        request = Request(graph, inputs, fake_mode, torch.is_grad_enabled())
+        compiled, graphs = self.pipeline.compile(request)
+        return at_boundary(compiled), graphs
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         if self._eager:
             return self.gm(*args)  # type: ignore[no-any-return]
-        if self._key(args, shapes=False) == self._lowered_key:
+        if self._lowered_key is not None and self._key(args, shapes=False) == self._lowered_key:
             entry = self._lowered
         else:
             key = self._key(args, shapes=True)
-            entry = self._static.get(key)  # type: ignore[assignment]
-            if entry is None:
+            if key in self._static:
+                entry = self._static[key]
+            else:
                 fake_mode = FakeTensorMode()
                 fakes = [_fakeify(x, fake_mode, static=True) for x in args]
                 entry = self._static[key] = self._compile(fakes, fake_mode, self._item_values(args))
+        if entry is None:
+            return self.gm(*args)  # type: ignore[no-any-return]
         _last_graphs[0] = entry[1]
         return entry[0](list(args))
 
@@ -142,6 +158,7 @@ def _with_constant_items(gm: torch.fx.GraphModule, items: dict[int, Any]) -> tor
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, value in items.items():
         for item in [u for u in placeholders[i].users if u.op == "call_method" and u.target == "item"]:
+
             def constant(n: torch.fx.Node, item: torch.fx.Node = item, value: Any = value) -> Any:
                 return value if n is item else n
 
@@ -153,7 +170,20 @@ def _with_constant_items(gm: torch.fx.GraphModule, items: dict[int, Any]) -> tor
     return gm
 
 
+def _symbolic(example_inputs: Sequence[Any]) -> bool:
+    """Some size or int input is symbolic."""
+    return any(
+        isinstance(s, torch.SymInt)
+        for x in example_inputs
+        for s in ((*x.size(), *x.stride()) if isinstance(x, torch.Tensor) else (x,))
+    )
+
+
 def _fakeify(x: Any, fake_mode: Any, static: bool = False) -> Any:
+    if subclasses.is_subclass(x):
+        if not static and subclasses.is_fake(x):
+            return x  # dynamo's fake, with fake inner tensors
+        return fake_mode.from_tensor(x, static_shapes=True)  # Note [Tensor subclasses]
     if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
         return fake_mode.from_tensor(x, static_shapes=static) if static else fake_mode.from_tensor(x)
     return x

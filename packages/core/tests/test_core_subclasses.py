@@ -1,0 +1,124 @@
+"""Tensor subclasses through the pipeline (Note [Tensor subclasses]):
+traceable wrapper subclasses are desugared into their inner tensors for the
+stages and rebuilt at the boundary, gradients flowing as in eager."""
+
+import warnings
+
+import conveyor
+import pytest
+import torch
+from torch.testing._internal.two_tensor import TwoTensor
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def two(*shape, requires_grad=False):
+    t = TwoTensor(torch.randn(*shape), torch.randn(*shape))
+    return t.requires_grad_(requires_grad)
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(two(4, 3))
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w) * 2
+
+
+ENTRY_POINTS = {
+    "conveyor.compile": conveyor.compile,
+    "torch.compile": lambda fn: torch.compile(fn, backend="conveyor"),
+}
+
+
+def assert_two_close(actual, expected):
+    assert type(actual) is TwoTensor, type(actual)
+    torch.testing.assert_close(actual.a, expected.a)
+    torch.testing.assert_close(actual.b, expected.b)
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_subclass_inputs_outputs_and_gradients_match_eager(entry):
+    def f(x, y):
+        return (x * y).sin() + x, y.sum()
+
+    x, y = two(3, 4, requires_grad=True), two(3, 4, requires_grad=True)
+    x2, y2 = (t.detach().clone().requires_grad_() for t in (x, y))
+    outs, ref = ENTRY_POINTS[entry](f)(x2, y2), f(x, y)
+    for o, r in zip(outs, ref, strict=True):
+        assert_two_close(o, r)
+    (ref[0].sum() + ref[1]).backward()
+    (outs[0].sum() + outs[1]).backward()
+    assert_two_close(x2.grad, x.grad)
+    assert_two_close(y2.grad, y.grad)
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_subclass_parameters_train_as_in_eager(entry):
+    torch.manual_seed(0)
+    model = Scale()
+    mirror = Scale()
+    mirror.load_state_dict(model.state_dict())
+    compiled = ENTRY_POINTS[entry](mirror)
+    for _ in range(2):
+        x = torch.randn(2, 4)
+        model(x).sum().backward()
+        compiled(x).sum().backward()
+        assert_two_close(mirror.w.grad, model.w.grad)
+        with torch.no_grad():
+            for m in (model, mirror):
+                m.w -= 0.1 * m.w.grad
+                m.w.grad = None
+    assert_two_close(mirror.w.detach(), model.w.detach())
+
+
+def test_subclass_graph_holds_only_inner_tensors():
+    f = conveyor.compile(lambda x: x * 2)
+    out = f(two(3))
+    assert type(out) is TwoTensor
+    graph = conveyor.last_graphs(f)[0].graph
+    vals = [n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder"]
+    assert len(vals) == 2 and all(type(v).__name__ == "FakeTensor" for v in vals)
+
+
+class Opaque(torch.Tensor):
+    """A wrapper that dispatches on its own but cannot be flattened."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def unwrap(t):
+            return t.elem if isinstance(t, Opaque) else t
+
+        tree_map = torch.utils._pytree.tree_map
+        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+
+
+def test_a_subclass_that_cannot_be_flattened_is_a_clear_error():
+    # a fake of it would be a plain tensor: its own dispatch would be lost
+    f = conveyor.compile(lambda t: t + 1)
+    with pytest.raises(conveyor.CaptureError, match=r"Opaque has its own __torch_dispatch__ but no __tensor_flatten__"):
+        f(Opaque(torch.randn(3)))
+
+
+def test_a_nested_subclass_runs_eagerly_with_a_warning():
+    inner = TwoTensor(torch.randn(3), torch.randn(3))
+    x = TwoTensor(inner, inner.clone())
+    f = conveyor.compile(lambda t: t * 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = f(x)
+    assert_two_close(out, x * 2)
+    assert any("TwoTensor holds tensor subclasses" in str(w.message) for w in caught)
