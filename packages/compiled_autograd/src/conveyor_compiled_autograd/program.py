@@ -177,6 +177,8 @@ class SegmentProgram:
         return [env[n] for n in self.segment.outputs]
 
     def _compile(self, values: Sequence[Any], positions: list[int]) -> Variant:
+        if getattr(self.pipeline.config, "dynamic", None) is False:  # the user asked for static shapes
+            return self._compile_as(values, positions, symbolic=False)
         try:
             return self._compile_as(values, positions, symbolic=True)
         except Uncompilable as exc:
