@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import conveyor
 from conveyor import StageSpec
@@ -25,3 +26,10 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             ),
         )
     )
+
+
+@conveyor.hookimpl
+def conveyor_demo(model: Any, data: Any, target: Any, steps: int, backend: str | None) -> int | None:
+    from conveyor_compiled_autograd.demo import run
+
+    return run(model, data, target, steps, backend)

@@ -75,4 +75,9 @@ def run_demo(steps: int = 5, backend: str | None = None) -> int:
         print(f"  {g.stage:<16} {g.label:<9} {ins:>3} inputs  {ops:>4} ops")
     ok = worst < 1e-4
     print(f"\n{'OK' if ok else 'MISMATCH'}: largest loss difference {worst:.2e}")
-    return 0 if ok else 1
+    # sections from plugins (``conveyor_demo`` hook), e.g. a compiled backward
+    torch.manual_seed(0)
+    extra = compiled.pipeline.plugins.manager.hook.conveyor_demo(
+        model=DemoModel(), data=data, target=target, steps=steps, backend=backend
+    )
+    return 0 if ok and not any(extra) else 1

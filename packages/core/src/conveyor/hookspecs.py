@@ -52,3 +52,22 @@ def conveyor_run_stage(
     :return: a :class:`~conveyor.Lowering` for a wrapper stage, a compiled
         callable for a backend.
     """
+
+
+@hookspec
+def conveyor_demo(model: Any, data: Any, target: Any, steps: int, backend: str | None) -> int | None:
+    """Add a section to ``conveyor demo``.
+
+    Called by ``conveyor demo`` after its own compiled-vs-eager run, once per
+    plugin that implements it (in registration order), so that a package
+    that is not a compile-time stage can show itself without the core naming
+    it.
+
+    :param model: a fresh copy of the demo model (``DemoModel``), to train.
+    :param data: the demo's input batch.
+    :param target: the demo's class targets (``nn.CrossEntropyLoss``).
+    :param steps: how many training steps the user asked for.
+    :param backend: the backend the user asked for, or ``None``.
+    :return: ``0`` when the section matched eager, ``1`` when it did not,
+        ``None`` when it showed nothing.
+    """
