@@ -32,7 +32,7 @@ slow = pytest.mark.slow
 
 def _no_dropout(config: Any) -> Any:
     for name in list(vars(config)):
-        if "dropout" in name or "layerdrop" in name or name.startswith("mask_") and name.endswith("_prob"):
+        if "dropout" in name or "pdrop" in name or "layerdrop" in name or name.startswith("mask_") and name.endswith("_prob"):
             value = getattr(config, name)
             if isinstance(value, float):
                 setattr(config, name, 0.0)

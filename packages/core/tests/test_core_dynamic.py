@@ -112,3 +112,22 @@ def test_the_dynamic_key_is_configuration():
     assert conveyor.resolve(environ={"CONVEYOR_DYNAMIC": "auto"}).dynamic is None
     with pytest.raises(conveyor.ConfigError, match="'dynamic' must be"):
         conveyor.resolve({"dynamic": "sometimes"})
+
+
+def test_tied_weights_do_not_keep_a_module_static():
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight  # one tensor, lifted in two positions
+
+        def forward(self, ids):
+            return self.head(self.embed(ids))
+
+    m = Tied()
+    c = conveyor.compile(m)
+    for n in (3, 4, 6):
+        ids = torch.randint(0, 10, (2, n))
+        torch.testing.assert_close(c(ids), m(ids))
+    assert c.compiles == 2 and _symbolic(c.last)

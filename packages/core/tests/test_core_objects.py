@@ -132,7 +132,7 @@ def test_a_module_writing_its_own_attributes_runs_eagerly_with_a_warning():
     m = Counting()
     c = conveyor.compile(m)
     x = torch.randn(2, 3)
-    with pytest.warns(UserWarning, match=r"writes module attribute\(s\) \['Counting.last'\].*torch.compile"):
+    with pytest.warns(UserWarning, match=r"writes to \['Counting.last'\].*torch.compile"):
         out = c(x)
     torch.testing.assert_close(out, m.lin(x) * 2)
     assert type(m.last) is torch.Tensor  # eager ran: the real value
@@ -162,3 +162,31 @@ def test_gradients_flow_through_an_object_result():
     out = conveyor.compile(f)(x, w)
     out.t.sum().backward()
     torch.testing.assert_close(w.grad, x.t() @ torch.ones(2, 3))
+
+
+CACHE = Cache()
+
+
+def test_a_write_to_a_global_object_runs_eagerly_and_leaves_no_fake():
+    def f(x):
+        return CACHE.update(x).sum()
+
+    c = conveyor.compile(f)
+    x = torch.full((3,), 2.0)
+    with pytest.warns(UserWarning, match=r"writes to \['CACHE.k'\].*State a program reaches.*torch.compile"):
+        got = [c(x).item() for _ in range(3)]
+    assert got == [6.0, 12.0, 18.0]  # eager's
+    assert type(CACHE.k) is torch.Tensor and CACHE.k.shape == (9,)
+
+
+def test_a_write_to_an_object_in_a_closure_cell_runs_eagerly():
+    box = Box(torch.zeros(2))
+
+    def f(x):
+        box.t = box.t + x
+        return box.t * 1
+
+    with pytest.warns(UserWarning, match=r"writes to \['box.t'\]"):
+        out = conveyor.compile(f)(torch.ones(2))
+    torch.testing.assert_close(out, torch.ones(2))
+    assert type(box.t) is torch.Tensor

@@ -28,7 +28,8 @@ from conveyor.closure import trace_closing_over
 from conveyor.errors import CaptureError
 from conveyor.fallback import watching_user_code
 from conveyor.grad_regions import GradModeTagger, detach_no_grad_results
-from conveyor.objects import Installed, ModuleWatch, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
+from conveyor.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
+from conveyor.reachable import StateWatch
 
 _FLOW_HINT = (
     "conveyor.compile traces with make_fx, which cannot follow Python control flow that "
@@ -169,14 +170,14 @@ def capture(
             leaves[pos] = value
         for pos, value in layout.constants:
             leaves[pos] = value
+        # Note [State a program reaches]: snapshot before the objects hold fakes
+        watch = StateWatch(fn, module, exclude=objects.containers if objects is not None else ())
         installed = None
         if objects is not None:
             for pos, k in zip(objects.positions, objects.roots, strict=True):
                 leaves[pos] = objects.containers[k]
             installed = Installed(objects, flat[layout.n_lifted + n_user :])
-        watch = ModuleWatch(module) if module is not None else None
         args, kwargs = pytree.tree_unflatten(leaves, layout.in_spec)
-        changed: list[str] = []
         try:
             with watching_user_code():  # Note [Autograd state changed by the program]
                 if module is not None:
@@ -188,10 +189,9 @@ def capture(
         finally:
             if installed is not None:
                 installed.restore()
-            if watch is not None:
-                changed = watch.restore()
+            changed = watch.restore()
             if changed:
-                raise ModuleWatch.refuse(changed)
+                raise StateWatch.refuse(changed)
 
     graph, closure = trace_closing_over(lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fake_inputs, fake_mode)
     return graph, closure, CallLayout(

@@ -15,8 +15,9 @@ every call that uses it, and a call that fails the guards compiles again
 
 The configuration key ``dynamic`` chooses: ``None`` (this automatic mode),
 ``True`` (every dimension symbolic from the first call), ``False`` (every size
-specialized, as before). Inputs that share storage with one another compile
-static: fake views of one base do not take independent symbolic sizes.
+specialized, as before). Distinct inputs that share storage with one another
+compile static: fake views of one base do not take independent symbolic
+sizes (the same tensor passed twice, such as tied weights, is fine).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def all_dims(flat: Sequence[Any]) -> frozenset[tuple[int, int]]:
 def can_be_symbolic(flat: Sequence[Any]) -> str | None:
     """Why these inputs must compile static (``None``: they need not)."""
     groups = cache.storage_groups(flat)
-    if any(g not in (-1, i) for i, g in enumerate(groups)):
+    # the same tensor in several positions (tied weights) is one fake: fine
+    if any(g not in (-1, i) and flat[g] is not flat[i] for i, g in enumerate(groups)):
         return "inputs share storage"
     if any(isinstance(t, torch.Tensor) and t.layout is not torch.strided for t in flat):
         return "an input is not strided"

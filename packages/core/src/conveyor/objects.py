@@ -21,9 +21,10 @@ only, so capture represents the objects around it:
   calls share an object.
 
 What cannot be described this way (an object with ``__slots__`` holding a
-tensor in a result, a write to a module attribute during the forward) makes
-capture raise :class:`~conveyor.fallback.EagerFallback`: that specialization
-runs eagerly, with a warning that names the object.
+tensor in a result; writes to state the program reaches without taking it as
+an argument: ``conveyor.reachable``) makes capture raise
+:class:`~conveyor.fallback.EagerFallback`: that specialization runs eagerly,
+with a warning that names the object.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import torch.utils._pytree as pytree
 
 from conveyor.fallback import EagerFallback
 
-_HINT = "use torch.compile(fn, backend='conveyor'), which follows Python objects with dynamo"
+HINT = "use torch.compile(fn, backend='conveyor'), which follows Python objects with dynamo"
 
 
 def is_object(v: Any) -> bool:
@@ -224,7 +225,7 @@ class RecipeBuilder:
         if id(v) in self.index:
             return Ref(self.index[id(v)])
         if depth > 20:
-            raise EagerFallback(f"{where} nests Python objects too deeply to rebuild; {_HINT}")
+            raise EagerFallback(f"{where} nests Python objects too deeply to rebuild; {HINT}")
         if type(v) in (list, tuple):
             return New(type(v), tuple((i, self.describe(x, f"{where}[{i}]", depth + 1)) for i, x in enumerate(v)))
         if type(v) is dict or is_object(v):
@@ -232,7 +233,7 @@ class RecipeBuilder:
             kind = dict if type(v) is dict else type(v)
             return New(kind, tuple((k, self.describe(x, f"{where}.{k}", depth + 1)) for k, x in items))
         if _holds_tensor(v):
-            raise EagerFallback(f"{where} is a {type(v).__qualname__} holding tensors that conveyor cannot rebuild; {_HINT}")
+            raise EagerFallback(f"{where} is a {type(v).__qualname__} holding tensors that conveyor cannot rebuild; {HINT}")
         return Const(v)
 
 
@@ -315,33 +316,6 @@ def apply_effects(effects: Sequence[Effect], outs: Sequence[Any], containers: Se
         d.update(values)
 
 
-# -- modules: writes to their attributes are not representable -----------------------
-class ModuleWatch:
-    """A shallow snapshot of every submodule's attributes; :meth:`check`
-    restores them and raises :class:`EagerFallback` if the program changed
-    one (a module attribute written in ``forward`` is state a graph cannot
-    carry)."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        self.saved = [(name, m, dict(vars(m)), dict(m._parameters), dict(m._buffers)) for name, m in module.named_modules()]
-
-    def restore(self) -> list[str]:
-        """Put every attribute back; return the names the program changed."""
-        changed: list[str] = []
-        for name, m, attrs, params, buffers in self.saved:
-            for saved, now in ((attrs, vars(m)), (params, m._parameters), (buffers, m._buffers)):
-                diff = [k for k in set(saved) | set(now) if saved.get(k, _MISSING) is not now.get(k, _MISSING)]
-                if diff:
-                    changed += [f"{name or type(m).__name__}.{k}" for k in sorted(diff)]
-                    now.clear()
-                    now.update(saved)
-        return changed
-
-    @staticmethod
-    def refuse(changed: list[str]) -> EagerFallback:
-        return EagerFallback(f"it writes module attribute(s) {changed} during the forward; {_HINT}")
-
-
 @dataclass(frozen=True)
 class ObjectPlan:
     """How a call's results and argument objects are finished at run time.
@@ -364,4 +338,3 @@ class ObjectPlan:
             leaves[pos] = build(recipe, extra, containers)
 
 
-_MISSING = object()

@@ -1,0 +1,120 @@
+"""State a program reaches without taking it as an argument.
+
+Note [State a program reaches]: a program may write to Python state it does
+not take as an argument: a module's own attributes (``self.last = x`` in
+``forward``), a global object or one held in a closure cell
+(``CACHE.k = torch.cat([CACHE.k, x])``). During a capture such a write would
+store a fake tensor where the caller can see it, and a graph cannot replay
+it. So :class:`StateWatch` takes a shallow snapshot of that state before each
+trace: every submodule's attributes, parameters and buffers (of the compiled
+module, or of the instance a compiled bound method belongs to), and the plain
+objects, lists and dicts reachable from the function's closure cells and the
+globals its code names. After the trace it puts everything back and names
+what changed; capture then raises
+:class:`~conveyor.fallback.EagerFallback`, so that specialization runs
+eagerly, as eager would, with a warning. Argument objects are not watched
+here: their writes are replayed (Note [Python objects in and out]).
+
+Only the function's own code is looked at: state reached only through other
+functions it calls is not watched.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from conveyor.fallback import EagerFallback
+from conveyor.objects import HINT, is_object
+
+_LIMIT = 2000  # containers walked at most (the watch is a safety net, not a deep copy)
+_MISSING = object()
+
+
+def _roots(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> list[tuple[str, Any]]:
+    roots: list[tuple[str, Any]] = []
+    if module is not None:
+        roots.append((type(module).__name__, module))
+    if fn is None or fn is module:
+        return roots
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        roots.append((type(owner).__name__, owner))
+    func = getattr(fn, "__func__", fn)
+    if isinstance(func, types.FunctionType):
+        names = func.__code__.co_freevars
+        for name, cell in zip(names, func.__closure__ or (), strict=False):
+            try:
+                roots.append((name, cell.cell_contents))
+            except ValueError:  # an empty cell
+                pass
+        for name in func.__code__.co_names:
+            if name in func.__globals__:
+                roots.append((name, func.__globals__[name]))
+    elif is_object(fn) or callable(fn) and hasattr(fn, "__dict__") and not isinstance(fn, type):
+        roots.append((type(fn).__name__, fn))
+    return roots
+
+
+class StateWatch:
+    """A shallow snapshot of the state a program reaches (Note [State a
+    program reaches]); :meth:`restore` puts it back and names what changed."""
+
+    def __init__(self, fn: Callable[..., Any] | None, module: torch.nn.Module | None, exclude: Iterable[Any] = ()) -> None:
+        skip = {id(x) for x in exclude}
+        self.saved: list[tuple[str, Any, list[tuple[Any, dict[Any, Any] | list[Any]]]]] = []
+        seen: set[int] = set()
+        for label, root in _roots(fn, module):
+            if isinstance(root, torch.nn.Module):
+                for name, m in root.named_modules():
+                    if id(m) not in seen:
+                        seen.add(id(m))
+                        where = f"{label}.{name}" if name else label
+                        self.saved.append((where, m, [(vars(m), dict(vars(m))), (m._parameters, dict(m._parameters)), (m._buffers, dict(m._buffers))]))
+                continue
+            self._walk(label, root, seen, skip)
+
+    def _walk(self, label: str, root: Any, seen: set[int], skip: set[int]) -> None:
+        stack = [(label, root)]
+        while stack and len(seen) < _LIMIT:
+            where, v = stack.pop()
+            if id(v) in seen or id(v) in skip:
+                continue
+            if type(v) is list:
+                seen.add(id(v))
+                self.saved.append((where, v, [(v, list(v))]))
+                stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+            elif type(v) is dict or (is_object(v) and not isinstance(v, torch.nn.Module)):
+                seen.add(id(v))
+                d = v if type(v) is dict else vars(v)
+                self.saved.append((where, v, [(d, dict(d))]))
+                stack += [(f"{where}.{k}", x) for k, x in d.items() if isinstance(k, str)]
+
+    def restore(self) -> list[str]:
+        """Put every watched container back; return where the program wrote."""
+        changed: list[str] = []
+        for where, _, parts in self.saved:
+            for now, saved in parts:
+                if isinstance(now, list):
+                    assert isinstance(saved, list)
+                    if len(now) != len(saved) or any(a is not b for a, b in zip(now, saved, strict=True)):
+                        changed.append(where)
+                        now[:] = saved
+                    continue
+                assert isinstance(saved, dict)
+                diff = [k for k in set(saved) | set(now) if saved.get(k, _MISSING) is not now.get(k, _MISSING)]
+                if diff:
+                    changed += [f"{where}.{k}" for k in sorted(diff, key=str)]
+                    now.clear()
+                    now.update(saved)
+        return changed
+
+    @staticmethod
+    def refuse(changed: list[str]) -> EagerFallback:
+        return EagerFallback(
+            f"it writes to {changed[:5]}{' ...' if len(changed) > 5 else ''}, state it does not take as an "
+            f"argument, which a captured graph cannot replay (Note [State a program reaches]); {HINT}"
+        )
