@@ -63,6 +63,7 @@ class Compiled:
         self._first_sizes: dict[Hashable, dynamic_shapes.Sizes] = {}
         self._dims: dict[Hashable, frozenset[tuple[int, int]]] = {}
         self._static_only: set[Hashable] = set()
+        self._sized: dict[Hashable, Entry] = {}  # full key -> symbolic entry whose guards held
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -96,9 +97,15 @@ class Compiled:
                 spec_key = (in_spec, objects.key)
         flat = [*state, *tensors]
         key = self._key(flat, spec_key, constants)
-        entry = self._cache.get(key)
+        entry = self._cache.get(key) or self._sized.get(key)
         if entry is None:
-            entry = self._cache[key] = self._miss(key, flat, in_spec, leaves, constants, objects)
+            entry = self._miss(key, flat, in_spec, leaves, constants, objects)
+            if entry.guards is None:
+                self._cache[key] = entry
+            else:  # a symbolic entry: remember the latest sizes it served, a bounded number
+                self._sized[key] = entry
+                if len(self._sized) > _SIZED:
+                    del self._sized[next(iter(self._sized))]
         self.last = entry
         if entry.eager:
             return self.fn(*args, **kwargs)
@@ -139,7 +146,7 @@ class Compiled:
         if dynamic is False:
             return self._compile(flat, state_names, in_spec, leaves, constants, objects)
         assert isinstance(key, tuple)
-        skey = (*key[:3], dynamic_shapes.shapeless_key(flat), *key[4:])
+        skey = (*key[:3], dynamic_shapes.shapeless_key(flat), *key[4:])  # _key's call_key without sizes
         for entry in self._symbolic.get(skey, ()):
             if entry.guards is None or entry.guards.check([*flat, *entry.closure]):
                 return entry
@@ -234,6 +241,10 @@ class Compiled:
                     self._pipelines["triton"] = self.pipeline.with_backend("triton")
                 return self._pipelines["triton"]
         return self.pipeline
+
+
+#: full keys remembered for symbolic entries (each a per-call guard check saved)
+_SIZED = 256
 
 
 def _no_compiled(args: list[Any]) -> Sequence[Any]:
