@@ -85,7 +85,7 @@ def symbolic_fakes(flat: Sequence[Any], dims: frozenset[tuple[int, int]]) -> tup
         if not isinstance(t, torch.Tensor):
             fakes.append(t)
             continue
-        context = StatelessSymbolicContext(
+        context: StatelessSymbolicContext[Any, Any] = StatelessSymbolicContext(
             dynamic_sizes=[DimDynamic.DYNAMIC if (i, d) in dims else DimDynamic.STATIC for d in range(t.dim())],
         )
         fakes.append(fake_mode.from_tensor(t, symbolic_context=context))
