@@ -26,6 +26,7 @@ from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn, Request
 from conveyor.subclasses import boundary_key, lowered
+from conveyor.wrappers import refuse_distributed_wrapper, refuse_forward_hooks
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Compiled:
         self.module = fn if isinstance(fn, torch.nn.Module) else None
         self.config = config
         self.pipeline = Pipeline(config, plugins)  # fails loudly here, at build time
+        refuse_distributed_wrapper(fn)  # Note [Distributed wrappers]
         self._state = ModuleState(self.module) if self.module is not None else None
         self._cache: dict[Hashable, Entry] = {}
         self._pipelines: dict[str, Pipeline] = {self.pipeline.backend.name: self.pipeline}
@@ -220,6 +222,7 @@ class Compiled:
             fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
         try:
             with watching_capture():
+                refuse_forward_hooks(self.module)  # Note [Forward hooks]
                 graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, objects)
         except EagerFallback as exc:
             warn_eager(self._name(), str(exc))
