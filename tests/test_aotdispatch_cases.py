@@ -880,15 +880,7 @@ def _merged_input_unbind_output_after_metadata_mutation(a, b):
 # Expected failures: "<case>-grad" / "<case>-nograd" -> reason (strict xfail).
 # (requires_grad_(), detach_() and .data = inside the program run eagerly with a
 # warning: Note [Autograd state changed by the program] in conveyor.fallback.)
-_SET_UNDER_NO_GRAD = (
-    "functionalize: a.set_(b) under no_grad on an `a` that requires grad: to keep a's autograd identity the "
-    "functional graph adds an identity-gradient zero to `a` (grad_identity), but after the swap `a` and `b` "
-    "share storage, so the add reaches `b` too and every read of `b` also sends gradient to a's history"
-)
-XFAIL: dict[str, str] = {
-    "input_mutation_set__input_mutation-grad": _SET_UNDER_NO_GRAD,
-    "set__and_data_mutation_good-grad": _SET_UNDER_NO_GRAD,
-}
+XFAIL: dict[str, str] = {}
 
 
 def _marked(ids: list[str], xfail: dict[str, str]) -> list[Any]:

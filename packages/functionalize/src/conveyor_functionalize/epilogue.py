@@ -211,6 +211,18 @@ def _grow_storage(x: torch.Tensor, sizes: tuple[int, ...], strides: tuple[int, .
         storage.resize_(need)
 
 
+def _clone(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` with its strides where ``clone`` keeps them, and its
+    broadcast (stride-0) dims broadcast again: the inner callable was traced
+    with ``x``'s strides, and ops lay out their results by them (``clone``
+    makes an expanded tensor contiguous)."""
+    zero = [d for d in range(x.dim()) if x.stride(d) == 0 and x.size(d) > 1]
+    if not zero:
+        return x.clone()
+    one = x[tuple(slice(0, 1) if d in zero else slice(None) for d in range(x.dim()))]
+    return one.clone().expand(x.shape)
+
+
 def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     mutations = plan.mutations
     recipes = plan.outputs
@@ -228,7 +240,7 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     def run(args: list[Any]) -> Sequence[Any]:
         real = list(args) if needs_inputs else ()
         for i in clone_first:
-            args[i] = args[i].clone()
+            args[i] = _clone(args[i])
         inner_outs = inner(args)
         if swaps:
             with torch.no_grad():

@@ -18,6 +18,14 @@ addition is dispatched below autograd with grad mode still on, so it is
 neither a write autograd checks (leaves) nor a node the no-grad detach pass
 cuts.
 
+Note [A no-grad set_ keeps its own identity]: ``a.set_(b)`` under
+``no_grad`` makes ``a`` and ``b`` share storage while ``a`` keeps its
+autograd node. Adding ``z`` into ``a`` would add it into ``b``'s storage
+too, so that reads of ``b`` sent gradient to ``a``'s history as well. Each
+later read of ``a`` (not a view taken of it: a write may go through that)
+is instead ``a + (z + cancel_grad(a))``: ``a``'s value, with gradient to
+``a``'s history and none to the storage it now shares.
+
 The same holds for a write through a ``detach``-ed alias in grad mode
 (``a.detach().mul_(2)``): autograd does not record it, so ``a`` keeps its
 identity in eager, and the functional graph adds ``z`` to ``a`` likewise.
@@ -78,6 +86,11 @@ def _written(
     return values
 
 
+def _swaps_storage(n: torch.fx.Node) -> bool:
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and schema.name in ("aten::set_", "aten::set")
+
+
 def _is_view(n: torch.fx.Node) -> bool:
     schema = getattr(n.target, "_schema", None)
     return (
@@ -99,18 +112,38 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
         super().__init__(module)
         # detach-ed aliases (and views of them) -> the tensor requiring grad they alias
         self.detached_from: dict[torch.fx.Node, torch.Tensor] = {}
+        # tensors ``set_`` onto another storage under no_grad -> their identity zero
+        self.swapped: dict[torch.Tensor, torch.Tensor] = {}
+
+    def _read_swapped(self, n: torch.fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """Each read of a swapped tensor (not a view of it, which a write
+        may go through) sends gradient to its identity, not to the storage."""
+        if _is_view(n):
+            return args, kwargs
+
+        def read(v: Any) -> Any:
+            for t, z in self.swapped.items():
+                if v is t and getattr(t, "elem", t).shape == z.shape:
+                    return t + (z + cancel_grad(t))
+            return v
+
+        return tuple(read(a) for a in args), {k: read(v) for k, v in kwargs.items()}
 
     def run_node(self, n: torch.fx.Node) -> Any:
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         grad_mode = n.meta.get(GRAD_META, True)
         written = _written(n, args, kwargs, self.detached_from, grad_mode) if torch.is_grad_enabled() else []
         zeros = [zero_with_identity_grad(t) for t in written]
-        if grad_mode:
-            out = super().run_node(n)
-        else:
-            with torch.no_grad():
-                out = super().run_node(n)
+        if self.swapped and not any(t is v for t in self.swapped for v in written):
+            args, kwargs = self._read_swapped(n, args, kwargs)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and grad_mode):
+            out = getattr(self, n.op)(n.target, args, kwargs)  # what Interpreter.run_node does, on these args
         keep = [(t, z) for t, z in zip(written, zeros, strict=True) if getattr(t, "elem", t).shape == z.shape]
+        if _swaps_storage(n):
+            # Note [A no-grad set_ keeps its own identity]
+            for t, z in keep:
+                self.swapped[t] = z
+            keep = []
         # a write through a view leaves the elements it did not write with the
         # gradient path they had (the scatter into the base): cancel it, so the
         # tensor's gradient is the identity once, through ``z`` only
@@ -130,4 +163,3 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
             self.detached_from[n] = self.detached_from[src]
         elif n.target is torch.ops.aten.detach.default and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
             self.detached_from[n] = args[0]
-

@@ -11,6 +11,7 @@ from conveyor import Lowering, Request, StageError, StageSpec, hookimpl
 from conveyor_functionalize.analysis import analyze_run
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
+from conveyor_functionalize.self_overlap import eager_lowering, written_self_overlapping
 from conveyor_functionalize.trace import trace_functional, writing_nodes
 
 STAGE = "functionalize"
@@ -25,6 +26,9 @@ class Functionalize:
     def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
         with torch.set_grad_enabled(request.grad_enabled):
             meta, run = analyze_run(request.graph, request.inputs, request.fake_mode)
+            overlapping = written_self_overlapping(request.inputs, [info.mutates_data for info in meta.inputs])
+            if overlapping:  # Note [Writes through a self-overlapping input]
+                return eager_lowering(request, STAGE, overlapping)
             layout = FunctionalLayout.of(meta)
             plan = EpiloguePlan.build(meta, run, layout, request.inputs, request.grad_enabled)
             graph = trace_functional(request.graph, request.inputs, request.fake_mode, layout)

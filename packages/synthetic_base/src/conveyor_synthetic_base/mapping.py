@@ -35,6 +35,12 @@ class AliasView:
     ``exact_strides`` is false when the strides of size-1 dims may differ:
     only an input whose metadata the program changes hands its strides back
     to the caller (Note [View ops, not as_strided, where they suffice]).
+    ``as_strided_ok``: the base is the tensor the inputs view, contiguous
+    from storage offset 0, so ``as_strided`` (and the scatter that inverts
+    it, ``conveyor_functionalize``'s ``index_put`` form with a right
+    derivative) addresses the right elements: it gives the size-1 dims the
+    caller's strides where view ops cannot (ops on the input then lay their
+    results out as eager's do).
     """
 
     outer: OuterIdx
@@ -42,6 +48,7 @@ class AliasView:
     stride: tuple[int, ...]
     storage_offset: int
     exact_strides: bool = True
+    as_strided_ok: bool = False
 
     def __post_init__(self) -> None:
         if len(self.size) != len(self.stride) or self.storage_offset < 0:
@@ -52,7 +59,9 @@ class AliasView:
         ``as_strided`` otherwise (Note [View ops, not as_strided, where
         they suffice])."""
         view = replay(base, self.size, self.stride, self.storage_offset, exact=self.exact_strides)
-        return view if view is not None else base.as_strided(self.size, self.stride, self.storage_offset)
+        if view is None or (self.as_strided_ok and tuple(view.stride()) != self.stride):
+            return base.as_strided(self.size, self.stride, self.storage_offset)
+        return view
 
 
 @dataclass(frozen=True)

@@ -106,18 +106,20 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
                     g.union(i, j)
     while True:
         merged = [grp for grp in g.groups() if len(grp) > 1 and any(data[i] for i in grp)]
-        in_merged = {i for grp in merged for i in grp}
         changed = False
         for grp in merged:
             extent = _choose(s, grp, tight, mutations)[3]
             for k in range(n):
-                if k not in grp and (data[k] or k in in_merged) and overlaps(layouts[k], extent):
+                if k not in grp and overlaps(layouts[k], extent):
                     changed |= g.union(grp[0], k)
         if not changed:
             break
     bases = []
     for grp in merged:
         anchor, from_root, view, _ = _choose(s, grp, tight, mutations)
+        root = s.root_tensors[grp[0]].layout
+        # as_strided off the base addresses the right elements only off a base starting the storage
+        strided_ok = from_root and view is None and root.is_contiguous and root.offset == 0
         aliases = tuple(
             AliasView(
                 s.members[i],
@@ -125,6 +127,7 @@ def _plan_storage(s: SharedStorage, mutations: Mutations, tight: bool) -> list[S
                 layouts[i].stride,
                 layouts[i].offset,
                 exact_strides=s.members[i] in mutations.metadata,
+                as_strided_ok=strided_ok,
             )
             for i in grp
         )
@@ -156,6 +159,10 @@ def _choose(
         )
     anchor = s.members[grp[0]]
     exact = [s.members[i] in mutations.metadata for i in grp]
+    if from_root and root.is_contiguous and root.offset == 0:
+        # every member's size-1 strides too: where view ops cannot give them, the base is the
+        # whole tensor and as_strided gives them (AliasView.as_strided_ok)
+        exact = [True] * len(grp)
     if not from_root:
         span = Layout.dense(layouts[0].itemsize, start, stop)
         if not _rebuilt_by_views(span, layouts, exact):
@@ -166,7 +173,7 @@ def _choose(
         return anchor, False, span, span
     if not tight:
         if not _rebuilt_by_views(root, layouts, exact):
-            _check_as_strided_is_safe(s, grp, mutations, root)
+            _check_as_strided_is_safe(s, grp, root)
         return anchor, True, None, root
     start, stop = _widened(s, grp, start, stop, root.elements)  # Note [View ops, not as_strided, where they suffice]
     span = Layout.dense(layouts[0].itemsize, start, stop)
@@ -176,27 +183,24 @@ def _choose(
         candidates[:0] = [None] * (root.elements == (start, stop)) + [box] * (box is not None)
     fit = [c for c in candidates if _rebuilt_by_views(root if c is None else c, layouts, exact)]
     if not fit:
-        _check_as_strided_is_safe(s, grp, mutations, root)
+        _check_as_strided_is_safe(s, grp, root)
         return anchor, True, None, root
     view = min(fit, key=lambda c: root.numel if c is None else c.numel)  # first of the smallest
     return anchor, True, view, root if view is None else view
 
 
-def _check_as_strided_is_safe(s: SharedStorage, grp: list[int], mutations: Mutations, root: Layout) -> None:
+def _check_as_strided_is_safe(s: SharedStorage, grp: list[int], root: Layout) -> None:
     """Some member needs ``as_strided`` off the base. Functionalization
     scatters it back with ``as_strided_scatter``, which reads the offset
-    relative to the base (so the base must start the storage, contiguous)
-    and whose derivative for the base is wrong in torch 2.13."""
+    relative to the base, so the base must start the storage, contiguous.
+    (Its derivative in torch 2.13 is wrong, but ``conveyor_functionalize``
+    spells it as an ``index_put`` into the base's buffer, which autograd
+    differentiates right: a mutated input that requires grad is fine.)"""
     names = [int(s.members[i]) for i in grp]
     if not (root.is_contiguous and root.offset == 0):
         raise PlanError(
             f"inputs {names} overlap and one is mutated, but view ops cannot rebuild each from one base and "
             "the tensor they view is not contiguous from storage offset 0, which as_strided needs"
-        )
-    if any(s.members[i] in mutations.data and s.tensors[i].requires_grad for i in grp):
-        raise PlanError(
-            f"inputs {names}: a mutated input that requires grad can only be rebuilt with as_strided, whose "
-            "scatter has a wrong derivative in torch 2.13 (Note [View ops, not as_strided, where they suffice])"
         )
 
 

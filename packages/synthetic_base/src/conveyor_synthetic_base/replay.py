@@ -206,10 +206,7 @@ def replay(
         cut = _sub_box(base, size, stride, storage_offset)
     if cut is None:
         return None
-    view = cut
-    for d in range(len(size)):
-        if d not in moving:
-            view = view.unsqueeze(d)
+    view = _with_fixed_dims(cut, moving, size, stride)
     if any(t == 0 and s != 1 for s, t in zip(size, stride)):
         view = view.expand(size)
     same = (
@@ -218,3 +215,23 @@ def replay(
         and all(a == b for n, a, b in zip(size, view.stride(), stride) if exact or n != 1)
     )
     return view if same else None
+
+
+def _with_fixed_dims(cut: torch.Tensor, moving: list[int], size: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+    """``cut`` (the moving dims, in order) with the size-1 and broadcast dims
+    put back. ``unsqueeze(p)`` gives the new dim the stride
+    ``size(p) * stride(p)`` (1 at the end), so each size-1 dim is inserted
+    where that is its own stride, if such a place exists, and the dims are
+    permuted back into order: ``as_strided`` is then not needed for strides
+    that only a size-1 dim has (the checker and ``stride()`` see them)."""
+    view, labels = cut, list(moving)
+    for d in range(len(size)):
+        if d in moving:
+            continue
+        places = [
+            p for p in range(view.dim() + 1) if (view.size(p) * view.stride(p) if p < view.dim() else 1) == stride[d]
+        ]
+        p = places[0] if places else sum(1 for k in labels if k < d)
+        view = view.unsqueeze(p)
+        labels.insert(p, d)
+    return view.permute([labels.index(d) for d in range(len(size))]) if labels != sorted(labels) else view

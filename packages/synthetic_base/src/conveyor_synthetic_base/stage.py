@@ -21,6 +21,7 @@ from typing import Any
 import conveyor
 import torch
 from conveyor import CompiledFn, Lowering, Request
+from conveyor_functionalize.self_overlap import eager_lowering, written_self_overlapping
 
 from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
@@ -41,6 +42,11 @@ class SyntheticBaseStage:
         if not shared:
             return Lowering.passthrough(request)
         muts = mutations(request)
+        overlapping = written_self_overlapping(
+            request.inputs, [OuterIdx(i) in muts.data for i in range(len(request.inputs))]
+        )
+        if overlapping:  # Note [Writes through a self-overlapping input] in conveyor_functionalize
+            return eager_lowering(request, "synthetic_base", overlapping)
         bases = plan(shared, muts, tight=options["tight"])
         if not bases:
             return Lowering.passthrough(request)

@@ -1,0 +1,94 @@
+"""Writes through an input that overlaps itself run eagerly, with a warning.
+
+Note [Writes through a self-overlapping input]: an input whose elements
+share memory (``base.as_strided((2,), (0,), 0)``, ``expand``, strides like
+``(1, 1)``) is one tensor to functionalization, with each element its own
+value. A write through it, or through a view of it, is then wrong twice:
+later reads of the other elements that share the written memory do not see
+the write (eager's do), and the new value has several different values for
+one memory location, which no write-back can store (``copy_`` into such a
+tensor raises "more than one element of the written-to tensor refers to a
+single memory location"). Eager's own result there depends on the op: some
+refuse such a tensor (``add_``, ``copy_``), some write each element in
+turn (``add_`` with strides ``(1, 1)`` adds twice to the shared element),
+some write one element of it (``x[0].zero_()``). Only eager knows, so the
+specialization runs the captured aten graph on the caller's tensors, with
+a warning (``conveyor.fallback.warn_eager``); a program that only reads
+such an input compiles as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from conveyor import Lowering, Request, call_graph
+from conveyor.fallback import warn_eager
+from conveyor.stage import CompiledFn
+
+#: above this many elements the exact check is not run and the layout is
+#: taken to overlap itself (the fallback is always right, only slower)
+_EXACT_LIMIT = 1 << 22
+
+
+def overlaps_itself(t: Any) -> bool:
+    """Whether two elements of ``t`` share memory (exact for static layouts;
+    a symbolic one is taken not to: only stride 0 is then recognised)."""
+    if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
+        return False
+    try:
+        dims = sorted((int(st), int(n)) for n, st in zip(t.size(), t.stride()) if int(n) > 1)
+    except (TypeError, ValueError, RuntimeError):  # symbolic sizes or strides
+        return any(st == 0 and n != 1 for n, st in zip(t.size(), t.stride()) if isinstance(st, int))
+    if any(st == 0 for st, _ in dims):
+        return True
+    reach = 0  # the largest offset the smaller dims reach
+    for st, n in dims:
+        if st <= reach:
+            break
+        reach += st * (n - 1)
+    else:
+        return False  # each stride passes what the smaller dims reach: no overlap
+    numel = 1
+    for _, n in dims:
+        numel *= n
+    if numel > _EXACT_LIMIT:
+        return True
+    offsets = torch.zeros((), dtype=torch.int64)
+    for st, n in dims:
+        offsets = (offsets.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * st).reshape(-1)
+    return int(torch.unique(offsets).numel()) < numel
+
+
+def written_self_overlapping(inputs: Sequence[Any], written: Sequence[bool]) -> list[int]:
+    """The inputs whose data the program writes and that overlap themselves."""
+    return [i for i, (t, w) in enumerate(zip(inputs, written)) if w and overlaps_itself(t)]
+
+
+def eager_lowering(request: Request, stage: str, inputs: Sequence[int]) -> Lowering:
+    """A lowering that runs ``request``'s graph on the caller's tensors (aten
+    ops, each under its captured grad mode: eager's semantics, autograd
+    included), with a warning naming ``stage`` and the inputs
+    (Note [Writes through a self-overlapping input]). The inner stages get a
+    graph that takes the same inputs and returns nothing."""
+    warn_eager(
+        f"a program (stage '{stage}')",
+        f"it writes through input(s) {list(inputs)}, whose elements share memory: functionalization cannot "
+        "express such a write (Note [Writes through a self-overlapping input])",
+    )
+    empty = torch.fx.Graph()
+    for k, value in enumerate(request.inputs):
+        empty.placeholder(f"arg{k}").meta["val"] = value
+    empty.output(())
+    inner = request.replace(graph=torch.fx.GraphModule(torch.nn.Module(), empty))
+    graph = request.graph
+
+    def wrap(_: CompiledFn) -> CompiledFn:
+        def run(args: list[Any]) -> Sequence[Any]:
+            return call_graph(graph, args)
+
+        return run
+
+    return Lowering((inner,), wrap)
