@@ -35,6 +35,7 @@ from conveyor.fallback import EagerFallback
 
 #: hooks from these modules only transform tensors and are compiled in
 _PURE_HOOK_MODULES = ("torch.distributed.tensor.parallel.",)
+_DISTRIBUTE_MODULE = "torch.distributed.tensor._api"
 
 
 def _wrapper_kinds() -> tuple[tuple[type, str], ...]:
@@ -83,14 +84,29 @@ def refuse_forward_hooks(module: torch.nn.Module | None) -> None:
     if module is None:
         return
     for where, hook in _forward_hooks(module):
+        if _pure(hook):
+            continue
         target = getattr(hook, "func", hook)  # functools.partial
         name = getattr(target, "__qualname__", type(target).__qualname__)
-        if getattr(target, "__module__", "").startswith(_PURE_HOOK_MODULES):
-            continue
         raise EagerFallback(
             f"{where} has the forward hook {name}, whose Python side effects a captured graph would run only "
             "once (Note [Forward hooks])"
         )
+
+
+def _pure(hook: Any) -> bool:
+    """A tensor-parallel layout hook: a style's method, or the hook
+    ``distribute_module`` registers around one."""
+    target = getattr(hook, "func", hook)  # functools.partial
+    target = getattr(target, "__func__", target)  # a bound method
+    where = getattr(target, "__module__", None) or ""
+    if where.startswith(_PURE_HOOK_MODULES):
+        return True
+    if where == _DISTRIBUTE_MODULE:
+        cells = [c.cell_contents for c in getattr(target, "__closure__", None) or ()]
+        wrapped = [c for c in cells if callable(c) and not isinstance(c, type)]
+        return bool(wrapped) and all(_pure(c) for c in wrapped)
+    return False
 
 
 def _forward_hooks(module: torch.nn.Module) -> Iterator[tuple[str, Any]]:
