@@ -190,3 +190,13 @@ def test_a_write_to_an_object_in_a_closure_cell_runs_eagerly():
         out = conveyor.compile(f)(torch.ones(2))
     torch.testing.assert_close(out, torch.ones(2))
     assert type(box.t) is torch.Tensor
+
+
+def test_an_lstm_compiles_and_keeps_real_flat_weights(recwarn):
+    m = torch.nn.LSTM(3, 4)
+    c = conveyor.compile(m)
+    x = torch.randn(5, 2, 3)
+    torch.testing.assert_close(c(x)[0], m(x)[0])
+    # functional_call's parameter swap rewrites _flat_weights; the capture puts them back
+    assert all(type(t) is torch.nn.Parameter for t in m._flat_weights)
+    assert not [w for w in recwarn if "eagerly" in str(w.message)]

@@ -22,6 +22,7 @@ functions it calls is not watched.
 from __future__ import annotations
 
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -59,12 +60,38 @@ def _roots(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> lis
     return roots
 
 
+def _mirrors_parameters(v: Any, m: torch.nn.Module) -> bool:
+    """A list of the module's own parameters (or weak references to them)."""
+    if type(v) not in (list, tuple) or not v:
+        return False
+    params = {id(p) for p in m._parameters.values() if p is not None}
+    return all(id(x() if isinstance(x, weakref.ref) else x) in params for x in v)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """The same object, or a rebuilt list / tuple / weak reference of the same
+    objects (``nn.LSTM`` rebuilds ``_flat_weights`` whenever a parameter is
+    set, as ``functional_call`` does and undoes around every trace)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, weakref.ref):
+        return a() is b()
+    if type(a) in (list, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return False
+
+
 class StateWatch:
     """A shallow snapshot of the state a program reaches (Note [State a
     program reaches]); :meth:`restore` puts it back and names what changed."""
 
     def __init__(self, fn: Callable[..., Any] | None, module: torch.nn.Module | None, exclude: Iterable[Any] = ()) -> None:
         skip = {id(x) for x in exclude}
+        # attributes that only mirror a module's parameters (nn.RNNBase's _flat_weights): put
+        # back silently, since functional_call's swapping of the parameters rewrites them
+        self.mirrors: list[tuple[torch.nn.Module, dict[str, Any]]] = []
         self.saved: list[tuple[str, Any, list[tuple[Any, dict[Any, Any] | list[Any]]]]] = []
         seen: set[int] = set()
         for label, root in _roots(fn, module):
@@ -73,6 +100,9 @@ class StateWatch:
                     if id(m) not in seen:
                         seen.add(id(m))
                         where = f"{label}.{name}" if name else label
+                        mirrors = {k: v for k, v in vars(m).items() if _mirrors_parameters(v, m)}
+                        if mirrors:
+                            self.mirrors.append((m, mirrors))
                         self.saved.append((where, m, [(vars(m), dict(vars(m))), (m._parameters, dict(m._parameters)), (m._buffers, dict(m._buffers))]))
                 continue
             self._walk(label, root, seen, skip)
@@ -95,6 +125,8 @@ class StateWatch:
 
     def restore(self) -> list[str]:
         """Put every watched container back; return where the program wrote."""
+        for m, mirrors in self.mirrors:
+            vars(m).update(mirrors)  # before the comparison: not a write of the program
         changed: list[str] = []
         for where, _, parts in self.saved:
             for now, saved in parts:
@@ -105,7 +137,7 @@ class StateWatch:
                         now[:] = saved
                     continue
                 assert isinstance(saved, dict)
-                diff = [k for k in set(saved) | set(now) if saved.get(k, _MISSING) is not now.get(k, _MISSING)]
+                diff = [k for k in set(saved) | set(now) if not _same(saved.get(k, _MISSING), now.get(k, _MISSING))]
                 if diff:
                     changed += [f"{where}.{k}" for k in sorted(diff, key=str)]
                     now.clear()
