@@ -153,3 +153,32 @@ def test_post_accumulate_grad_hooks_see_the_accumulated_grad() -> None:
     assert len(compiled) == len(eager) == 12
     for e, c in zip(eager, compiled, strict=True):
         torch.testing.assert_close(c, e)
+
+
+def test_a_gradient_the_user_holds_is_copied_not_stolen() -> None:
+    """Note [Stealing a fresh gradient]: only fresh segment outputs become ``.grad``."""
+    results = []
+    for compiled in (False, True):
+        w = torch.randn(4, requires_grad=True)
+        g = torch.ones(4)
+        ctx: Any = cca.enable() if compiled else contextlib.nullcontext()
+        with ctx:
+            w.clone().backward(g)  # CloneBackward passes the user's tensor through
+        g.mul_(5)  # must not reach w.grad
+        results.append((w.grad is g, w.grad.clone()))
+    assert results[1][0] is False and results[0][0] is False
+    torch.testing.assert_close(results[1][1], results[0][1])
+    torch.testing.assert_close(results[1][1], torch.ones(4))
+
+
+def test_residual_gradients_are_summed_inside_the_compiled_segment() -> None:
+    torch.manual_seed(0)
+    ref = nn.Linear(4, 4)
+    model = copy.deepcopy(ref)
+    x = torch.randn(3, 4)
+    (ref(x) + ref(x).relu()).sum().backward()
+    with cca.enable() as session:
+        (model(x) + model(x).relu()).sum().backward()
+    assert_same_grads(ref.parameters(), model.parameters())
+    assert session.last.opaque == ()
+    assert len(session.last.backward.plan.segments) == 1

@@ -93,7 +93,7 @@ def test_session_history_and_last() -> None:
 
 def test_stage_is_listed_off_by_default(capsys: pytest.CaptureFixture[str]) -> None:
     assert conveyor_main(["stages"]) == 0
-    line = next(l for l in capsys.readouterr().out.splitlines() if " compiled_autograd " in l)
+    line = next(row for row in capsys.readouterr().out.splitlines() if " compiled_autograd " in row)
     assert "off by default" in line and "conveyor-compiled-autograd" in line
 
 

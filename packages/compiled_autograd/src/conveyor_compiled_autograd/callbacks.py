@@ -61,8 +61,8 @@ def collecting() -> Iterator[_Engine]:
     variable = torch.autograd.Variable
     real = variable._execution_engine
     stand_in = _Engine(real)
-    variable._execution_engine = stand_in  # type: ignore[attr-defined]
+    variable._execution_engine = stand_in  # type: ignore[assignment]
     try:
         yield stand_in
     finally:
-        variable._execution_engine = real  # type: ignore[attr-defined]
+        variable._execution_engine = real

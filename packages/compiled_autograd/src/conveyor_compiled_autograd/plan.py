@@ -4,7 +4,8 @@ torch's compiled-autograd capture is one FX graph with five placeholders
 (``inputs, sizes, scalars, hooks, packed_data``) and three kinds of nodes:
 
 * *pure* nodes: C++ backward formulas (``ops.<Name>Backward0``),
-  ``ops.validate_outputs``, aten ops (the backward graphs conveyor copied in,
+  ``ops.validate_outputs``, ``torch.add`` (gradients of a tensor used twice
+  summed), aten ops (the backward graphs conveyor copied in,
   Note [Inlined backward]) and ``getitem`` of their results. They compute
   tensors from tensors and sizes, and nothing else: conveyor compiles them;
 * *opaque* nodes: everything with an effect or user code: hooks
@@ -53,7 +54,8 @@ def _pure_targets() -> tuple[tuple[type, ...], frozenset[Any]]:
     types: tuple[type, ...] = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
     if isinstance(op_type, type):
         types = (*types, op_type)
-    return types, frozenset({getattr(ca.ops, "validate_outputs", None)} - {None})
+    # torch.add: the engine summing the gradients of a tensor used twice (its input buffer)
+    return types, frozenset({getattr(ca.ops, "validate_outputs", None), torch.add, operator.add} - {None})
 
 
 def _plumbing_targets() -> frozenset[Any]:

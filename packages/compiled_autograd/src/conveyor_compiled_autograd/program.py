@@ -40,7 +40,7 @@ from conveyor.schema import writes
 from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, DimDynamic, ShapeEnv, StatelessSymbolicContext
-
+from torch.utils._python_dispatch import _disable_current_modes
 
 from conveyor_compiled_autograd.plan import Segment, run_node
 
@@ -177,6 +177,10 @@ class SegmentProgram:
         return [env[n] for n in self.segment.outputs]
 
     def _compile(self, values: Sequence[Any], positions: list[int]) -> Variant:
+        with _disable_current_modes():  # a user's dispatch mode (a profiler, a counter) must not see the compile
+            return self._compile_checked(values, positions)
+
+    def _compile_checked(self, values: Sequence[Any], positions: list[int]) -> Variant:
         if getattr(self.pipeline.config, "dynamic", None) is False:  # the user asked for static shapes
             return self._compile_as(values, positions, symbolic=False)
         try:
@@ -205,7 +209,7 @@ class SegmentProgram:
                         memo[id(v)] = fake_mode.from_tensor(v.detach(), static_shapes=True)
                     else:
                         dims = [DimDynamic.DYNAMIC] * v.dim()
-                        context = StatelessSymbolicContext(dynamic_sizes=dims, constraint_sizes=[None] * v.dim())  # type: ignore[arg-type]
+                        context: Any = StatelessSymbolicContext(dynamic_sizes=dims, constraint_sizes=[None] * v.dim())  # type: ignore[arg-type]
                         memo[id(v)] = fake_mode.from_tensor(v.detach(), symbolic_context=context)
                 fakes.append(memo[id(v)])
             elif shape_env is None:

@@ -32,6 +32,7 @@ import torch
 import torch.fx
 from conveyor import Pipeline, StageGraph
 
+from conveyor_compiled_autograd.accumulate import fresh_outputs, try_steal
 from conveyor_compiled_autograd.callbacks import collecting
 from conveyor_compiled_autograd.plan import Plan, plan, run_node
 from conveyor_compiled_autograd.program import STAGE, SegmentProgram
@@ -77,6 +78,7 @@ class CompiledBackward:
         for node, i in last.items():
             self._free[i].append(node)
         self._keep = set(self.plan.output.all_input_nodes)
+        self._stealable = _stealable(self.plan, set(self.programs))
 
     @property
     def graphs(self) -> tuple[StageGraph, ...]:
@@ -105,6 +107,7 @@ class CompiledBackward:
         env: dict[torch.fx.Node, Any] = dict(zip(self._placeholders, (inputs, sizes, scalars, hooks, packed), strict=True))
         cleared = False
         stub_ran = False
+        fresh: set[torch.fx.Node] = set()
         for i, (kind, item) in enumerate(self.plan.steps):
             if kind == "plumbing":
                 env[item] = run_node(item, env, self.gm)
@@ -118,11 +121,22 @@ class CompiledBackward:
                         for node in item.nodes:
                             env[node] = run_node(node, env, self.gm)
                     else:
-                        outs = program([env[n] for n in item.inputs])
+                        values = [env[n] for n in item.inputs]
+                        outs = program(values)
                         env.update(zip(item.outputs, outs, strict=True))
+                        if self._stealable:
+                            for node, ok in zip(item.outputs, fresh_outputs(values, outs), strict=True):
+                                if ok:
+                                    fresh.add(node)
+                        del values, outs
                 elif item.op == "call_function" and item.target is self._stub:
                     engine.run_pending()  # Note [Queued callbacks]
                     stub_ran = True
+                elif item in self._stealable and item.args[2] in fresh:  # Note [Stealing a fresh gradient]
+                    variable, variable_grad, new_grad = torch.fx.node.map_arg(item.args[:3], env.__getitem__)  # type: ignore[misc]
+                    if not try_steal(variable, variable_grad, new_grad):
+                        env[item] = run_node(item, env, self.gm)
+                    del variable, variable_grad, new_grad
                 else:
                     env[item] = run_node(item, env, self.gm)
             for node in self._free[i]:
@@ -130,7 +144,22 @@ class CompiledBackward:
                     env.pop(node, None)
         if not stub_ran:
             engine.run_pending()
-        return list(torch.fx.node.map_arg(self.plan.output.args[0], env.__getitem__))
+        return list(torch.fx.node.map_arg(self.plan.output.args[0], env.__getitem__))  # type: ignore[arg-type]
+
+
+def _stealable(plan: Plan, compiled: set[int]) -> set[torch.fx.Node]:
+    """The accumulations whose new gradient is a compiled segment's output
+    read by nothing else (Note [Stealing a fresh gradient])."""
+    from torch._dynamo.external_utils import call_accumulate_grad
+
+    produced = {n for s in plan.segments if id(s) in compiled for n in s.outputs}
+    out = set()
+    for node in plan.opaque:
+        if node.target is call_accumulate_grad and len(node.args) == 4:
+            grad = node.args[2]
+            if isinstance(grad, torch.fx.Node) and grad in produced and len(grad.users) == 1:
+                out.add(node)
+    return out
 
 
 def _reads(kind: str, item: Any) -> Sequence[torch.fx.Node]:
