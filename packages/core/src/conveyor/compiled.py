@@ -24,8 +24,9 @@ from conveyor.fallback import EagerFallback, warn_eager, watching_capture
 from conveyor.objects import ObjectArgs, walk_args
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
-from conveyor.stage import CompiledFn, Request
-from conveyor.subclasses import boundary_key, lowered
+from conveyor.stage import CompiledFn
+from conveyor.subclass_joint import compile_program
+from conveyor.subclasses import boundary_key
 from conveyor.wrappers import refuse_distributed_wrapper, refuse_forward_hooks
 
 
@@ -228,10 +229,7 @@ class Compiled:
             warn_eager(self._name(), str(exc))
             return Entry(_no_compiled, layout, (), "eager (fallback)", eager=True)
         fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
-        inputs, at_boundary = lowered(graph, fakes)  # Note [Tensor subclasses]
-        request = Request(graph, inputs, fake_mode, torch.is_grad_enabled())
-        compiled, graphs = pipeline.compile(request)
-        compiled = at_boundary(compiled)
+        compiled, graphs = compile_program(pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
         guards = dynamic_shapes.Guards.of(fake_mode, fakes) if dims else None
         return Entry(compiled, layout, graphs, pipeline.backend.name, closure, guards=guards)
 

@@ -31,7 +31,8 @@ from conveyor.capture import trace_user
 from conveyor.config import resolve
 from conveyor.fallback import EagerFallback, has_autograd_function, warn_eager, watching_capture
 from conveyor.pipeline import Pipeline, StageGraph
-from conveyor.stage import CompiledFn, Request
+from conveyor.stage import CompiledFn
+from conveyor.subclass_joint import compile_program
 
 _last_graphs: list[tuple[StageGraph, ...]] = [()]
 
@@ -96,10 +97,7 @@ class DynamoCompiled:
         except EagerFallback as exc:
             warn_eager("a dynamo graph", str(exc))
             return None
-        inputs, at_boundary = subclasses.lowered(graph, fakes)  # Note [Tensor subclasses]
-        request = Request(graph, inputs, fake_mode, torch.is_grad_enabled())
-        compiled, graphs = self.pipeline.compile(request)
-        return at_boundary(compiled), graphs
+        return compile_program(self.pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         if self._eager:

@@ -27,6 +27,7 @@ not handled: the program runs eagerly with a warning that names the type.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from conveyor.errors import CaptureError, ConveyorError
 from conveyor.fallback import EagerFallback
+from conveyor.schema import writes
 from conveyor.stage import CompiledFn
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, FakeTensor)
@@ -81,6 +83,11 @@ class Boundary:
 
     inputs: tuple[SubclassMeta | None, ...]
     outputs: tuple[SubclassMeta | None, ...]
+    #: for a program traced for training (Note [Subclass programs in training]):
+    #: the program over subclass inputs, traced again with its backward, and
+    #: which inputs require grad
+    program: Callable[..., Sequence[Any]] | None = None
+    requires_grad: tuple[bool, ...] = ()
 
     def inner_inputs(self, outer: Sequence[Any]) -> list[Any]:
         """The flat graph inputs for ``outer`` (run time: autograd-aware)."""
@@ -88,8 +95,6 @@ class Boundary:
         for meta, x in zip(self.inputs, outer, strict=True):
             if meta is None:
                 inner.append(x)
-            elif torch.is_grad_enabled() and x.requires_grad:
-                inner.extend(_Flatten.apply(meta, x))
             else:
                 inner.extend(getattr(x, a).detach() for a in meta.attrs)
         return inner
@@ -103,12 +108,8 @@ class Boundary:
                 outs.append(inner[i])
                 i += 1
                 continue
-            parts = inner[i : i + len(meta.attrs)]
+            outs.append(meta.rebuild(inner[i : i + len(meta.attrs)]))
             i += len(meta.attrs)
-            if torch.is_grad_enabled() and any(p.requires_grad for p in parts):
-                outs.append(_Unflatten.apply(meta, *parts))
-            else:
-                outs.append(meta.rebuild(parts))
         return outs
 
     def wrap(self, compiled: CompiledFn) -> CompiledFn:
@@ -203,15 +204,15 @@ def desugar(
     for meta in metas:
         if meta is not None and not all(isinstance(s, int) for s in (*meta.size, *meta.stride)):
             raise ConveyorError("subclasses: a tensor subclass input with symbolic sizes reached a static trace")
+    requires = tuple(isinstance(x, torch.Tensor) and x.requires_grad for x in fake_inputs)
+    train = torch.is_grad_enabled() and any(requires)
     inner_fakes: list[Any] = []
     for meta, x in zip(metas, fake_inputs, strict=True):
         if meta is None:
-            inner_fakes.append(x)
+            # training: the forward graph computes values only (Note [Subclass programs in training])
+            inner_fakes.append(x.detach() if train and isinstance(x, torch.Tensor) else x)
             continue
-        for a in meta.attrs:
-            t = getattr(x, a)
-            # the inner tensors stand for the subclass in the graph: they carry its requires_grad
-            inner_fakes.append(t.detach().requires_grad_(x.requires_grad) if x.requires_grad else t)
+        inner_fakes.extend(getattr(x, a).detach() for a in meta.attrs)
     outputs: list[tuple[SubclassMeta | None, ...]] = []
 
     def inner_fn(*inner: Any) -> tuple[Any, ...]:
@@ -224,7 +225,8 @@ def desugar(
             else:
                 outer.append(meta.rebuild(inner[i : i + len(meta.attrs)]))
                 i += len(meta.attrs)
-        outs = fn(*outer)
+        with torch.no_grad() if train else contextlib.nullcontext():
+            outs = fn(*outer)
         refuse_unsupported(outs)
         flat: list[Any] = []
         out_metas: list[SubclassMeta | None] = []
@@ -240,94 +242,47 @@ def desugar(
         return tuple(flat)
 
     def boundary() -> Boundary:
-        return Boundary(metas, outputs[0])
+        return Boundary(metas, outputs[0], fn, requires) if train else Boundary(metas, outputs[0])
 
     return inner_fn, inner_fakes, boundary
 
 
 def stamp(graph: torch.fx.GraphModule, boundary: Boundary) -> torch.fx.GraphModule:
-    """Record the boundary on the graph traced over the inner tensors.
-
-    Note [Collectives on the gradient path]: a subclass that communicates
-    (``DTensor`` redistributing) leaves functional collectives in the inner
-    graph. Which collective the backward needs depends on the gradient's
-    placements, which only the subclass's own autograd knows; the inner
-    graph's aten derivatives cannot say. A graph with a collective whose
-    inputs may require grad runs eagerly, with a warning, rather than train
-    with wrong gradients; without grad it compiles."""
-    if torch.is_grad_enabled():
-        placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-        if any(isinstance(v := n.meta.get("val"), torch.Tensor) and v.requires_grad for n in placeholders):
-            for node in graph.graph.nodes:
-                if node.op == "call_function" and getattr(node.target, "namespace", None) in _COLLECTIVES:
-                    raise EagerFallback(
-                        f"the tensor subclass program runs the collective {node.target} with inputs that "
-                        "require grad, whose backward conveyor cannot derive (Note [Collectives on the gradient path])"
-                    )
+    """Record the boundary on the graph traced over the inner tensors. A
+    training program that writes to its inputs runs eagerly, with a warning
+    (Note [Subclass programs in training])."""
+    if boundary.program is not None and any(writes(n) for n in graph.graph.nodes if n.op == "call_function"):
+        raise EagerFallback(
+            "a tensor subclass program that writes to tensors is differentiated by recomputing it, "
+            "which would write twice (Note [Subclass programs in training])"
+        )
     graph.meta[BOUNDARY_META] = boundary
     return graph
 
 
-_COLLECTIVES = ("_c10d_functional", "_c10d_functional_autograd", "c10d")
+def meta_of(x: Any) -> SubclassMeta | None:
+    """How to rebuild ``x`` from its inner tensors (``None``: not a subclass)."""
+    return _meta(x) if is_subclass(x) else None
 
 
-def lowered(
-    graph: torch.fx.GraphModule, fakes: Sequence[Any]
-) -> tuple[tuple[Any, ...], Callable[[CompiledFn], CompiledFn]]:
-    """For a captured graph and the fake (outer) inputs it was captured for:
-    the fake inputs of its placeholders and what wraps its compiled callable
-    (the identity without subclasses)."""
-    boundary: Boundary | None = graph.meta.get(BOUNDARY_META)
-    if boundary is None:
-        return tuple(fakes), _identity
-    inner = tuple(n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder")
-    return inner, boundary.wrap
+def flat_outer(values: Sequence[Any]) -> list[Any]:
+    """Subclass tensors replaced by their inner tensors."""
+    flat: list[Any] = []
+    for x in values:
+        meta = meta_of(x)
+        flat.extend([x] if meta is None else [getattr(x, a) for a in meta.attrs])
+    return flat
 
 
-def _identity(compiled: CompiledFn) -> CompiledFn:
-    return compiled
-
-
-class _Flatten(torch.autograd.Function):
-    """A subclass tensor to its inner tensors; backward rebuilds the
-    gradient as a subclass tensor of the same kind."""
-
-    @staticmethod
-    def forward(ctx: Any, meta: SubclassMeta, x: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-        ctx.meta = meta
-        ctx.like = tuple(getattr(x, a).detach() for a in meta.attrs)
-        return tuple(getattr(x, a).detach() for a in meta.attrs)  # new tensor objects, same storage
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
-        if all(g is None for g in grads):
-            return None, None
-        parts = [torch.zeros_like(t) if g is None else g for g, t in zip(grads, ctx.like, strict=True)]
-        grad = ctx.meta.rebuild(parts)
-        return None, grad.detach() if grad.requires_grad and not torch.is_grad_enabled() else grad
-
-
-class _Unflatten(torch.autograd.Function):
-    """Inner tensors to a subclass tensor; backward flattens the gradient,
-    first coercing it to the forward's metadata where the subclass can
-    (``DTensor`` redistributes a gradient with other placements)."""
-
-    @staticmethod
-    def forward(ctx: Any, meta: SubclassMeta, *inner: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.meta = meta
-        return meta.rebuild([t.view_as(t) for t in inner])
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:  # type: ignore[override]
-        meta: SubclassMeta = ctx.meta
-        if grad is None:
-            return (None,) * (1 + len(meta.attrs))
-        coerce = getattr(grad, "__coerce_same_metadata_as_tangent__", None)
-        if coerce is not None:
-            grad = coerce(meta.context) or grad
-        if type(grad) is not meta.cls:
-            raise ConveyorError(
-                f"subclasses: the gradient of a {meta.cls.__qualname__} output is a {type(grad).__qualname__}, "
-                "which conveyor cannot flatten into the compiled backward's inputs"
-            )
-        return (None, *(getattr(grad, a) for a in meta.attrs))
+def outer_inputs(boundary: Boundary, inner: Sequence[Any]) -> list[Any]:
+    """The program's inputs rebuilt from the inner ones (no autograd link)."""
+    outer: list[Any] = []
+    i = 0
+    for meta in boundary.inputs:
+        if meta is None:
+            outer.append(inner[i])
+            i += 1
+        else:
+            outer.append(meta.rebuild(inner[i : i + len(meta.attrs)]))
+            i += len(meta.attrs)
+    return outer
