@@ -79,7 +79,9 @@ def test_ddp_fsdp2_and_tensor_parallel_through_both_entry_points():
 
 @pytest.mark.slow
 def test_ddp_variants_and_a_tensor_parallel_transformer_block():
-    run_ranks("ddp_compiled_before_wrap", "ddp_no_sync", "ddp_graph_break", "ddp_buffers", "tp_block")
+    run_ranks(
+        "ddp_compiled_before_wrap", "ddp_no_sync", "ddp_graph_break", "ddp_buffers", "tp_block", "ddp_compiled_autograd"
+    )
 
 
 # ---------------------------------------------------------------- the ranks (script side)
@@ -154,6 +156,7 @@ def _train_side_by_side(
     steps: int = 3,
     micro: int = 1,
     no_sync: bool = False,
+    eager_backward: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> None:
     """Train both for ``steps`` SGD steps (``micro`` micro-batches each, all
     but the last under ``no_sync()`` when asked) and compare per step."""
@@ -166,7 +169,8 @@ def _train_side_by_side(
                 ctx = model.no_sync() if no_sync and i < micro - 1 else sync()
                 with ctx:
                     loss = fn(x).pow(2).mean()
-                    loss.backward()
+                    with contextlib.nullcontext() if fn is compiled else eager_backward():
+                        loss.backward()
                 if fn is compiled:
                     c_loss = loss.detach()
                 else:
@@ -288,6 +292,30 @@ def scenario_ddp_bucket_sweep(rank: int) -> None:
     ddp = sweep(DDP(MLP(64, 4096), bucket_cap_mb=1))
     assert plain == [1, 2, 2, 2, 2], plain
     assert ddp == [2, 4, 4, 4, 4], ddp  # was [4, 8, 10, 12, 14]: every piece compiled again at run time
+
+
+def scenario_ddp_compiled_autograd(rank: int) -> None:
+    """The compiled side's backward captured by conveyor's compiled autograd:
+    the hooks DDP registers (its reducer's all-reduce) run as in eager."""
+    import conveyor_compiled_autograd as cca
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = MLP()
+    eager_ddp = DDP(model)
+    # torch refuses its C++ reducer under compiled autograd: DDP built here uses its Python reducer's hooks
+    with torch._dynamo.config.patch(optimize_ddp="python_reducer"):
+        compiled_ddp = DDP(copy.deepcopy(model))
+    with torch._dynamo.config.patch(optimize_ddp="python_reducer"), cca.enable() as session:
+        _train_side_by_side(
+            compiled_ddp,
+            compiled_ddp,
+            eager_ddp,
+            eager_ddp,
+            _input(rank, 4, 8),
+            eager_backward=torch._dynamo.compiled_autograd._disable,
+        )
+    assert session.captures >= 1
 
 
 def scenario_ddp_standalone(rank: int) -> None:

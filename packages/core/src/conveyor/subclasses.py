@@ -13,16 +13,18 @@ tensors, as AOTAutograd's do:
   ``__tensor_flatten__``. What is known about each subclass input and output
   (its type, flatten context, non-tensor inner attributes, outer size and
   stride) is recorded in a frozen :class:`Boundary`;
-- at run time subclass inputs are flattened and subclass outputs rebuilt,
-  through autograd functions whose backward does the reverse (gradients of
-  the inner tensors become a gradient of the subclass, of the same kind as
-  eager's), so gradients flow as in eager.
+- at run time subclass inputs are flattened and subclass outputs rebuilt
+  around the compiled graph. Without grad that is all; a program that
+  trains gets its backward from the subclass's own autograd (Note [Subclass
+  programs in training], ``conveyor.subclass_joint``), so gradients are
+  those of eager.
 
 The flatten context is part of the compile-cache key (another ``DTensor``
 placement compiles again). Outer sizes are recorded statically, so graphs
-with subclass inputs are compiled with static shapes. A nested subclass, or
-a tensor type with its own ``__torch_dispatch__`` that is not traceable, is
-not handled: the program runs eagerly with a warning that names the type.
+with subclass inputs are compiled with static shapes. A nested subclass runs
+eagerly with a warning that names the type; a tensor type with its own
+``__torch_dispatch__`` but no flatten protocol is a clear error (a fake of
+it would be a plain tensor, its behaviour lost).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Boundary:
     requires_grad: tuple[bool, ...] = ()
 
     def inner_inputs(self, outer: Sequence[Any]) -> list[Any]:
-        """The flat graph inputs for ``outer`` (run time: autograd-aware)."""
+        """The flat graph inputs for ``outer`` (run time, without grad)."""
         inner: list[Any] = []
         for meta, x in zip(self.inputs, outer, strict=True):
             if meta is None:
