@@ -46,12 +46,6 @@ def compile_eager(fn: Callable[..., Any]) -> Any:
     return conveyor.compile(fn, backend="eager")
 
 
-CORE_NO_GRAD = (
-    "core: a view of an input requiring grad, taken under no_grad and returned, leaves detached "
-    "(conveyor.grad_regions.detach_no_grad_results); eager's view requires grad as a leaf of its own"
-)
-
-
 # -- helpers ----------------------------------------------------------------
 
 
@@ -908,8 +902,6 @@ def test_case(case_id: str) -> None:
 # with inputs requiring grad where the case has them.
 _MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 _MODE_XFAIL: dict[str, str] = {
-    "no_grad-output_aliases_input_multi_output_view": CORE_NO_GRAD,
-    "no_grad-output_op_depending_on_symint": CORE_NO_GRAD,
     "inference_mode-output_all_alias_types": (
         "functionalize: compiled under inference_mode, views record no _base, so the output analysis takes "
         "tmp.squeeze() for a fresh output and rebuilds tmp.transpose(1, 0) from it with as_strided on the fake "

@@ -47,7 +47,7 @@ def _functionalize_params() -> list[Any]:
         return []
     known = functionalize_tests.KNOWN_WRONG
     return [
-        pytest.param(c, id=c.name, marks=[pytest.mark.xfail(strict=False, reason=known[c.name])] if c.name in known else [])
+        pytest.param(c, id=c.name, marks=[pytest.mark.xfail(strict=True, reason=known[c.name])] if c.name in known else [])
         for c in functionalize_catalogue.CASES
         if getattr(c, "grad_variant", getattr(c, "differentiable", True))  # eager has a backward for it
     ]
@@ -56,7 +56,7 @@ def _functionalize_params() -> list[Any]:
 F_PARAMS = _functionalize_params()
 S_CASES = synthetic_base_cases.CASES if synthetic_base_cases else []
 #: synthetic_base cases the full pipeline gets wrong because of another stage
-#: (their owners' lists, read as they are; not strict: they get fixed there)
+#: (their owners' lists, read as they are; strict: a fix or a regression shows)
 S_KNOWN = {
     name: reason
     for (name, grad), reason in (synthetic_base_cases.KNOWN_INNER.items() if synthetic_base_cases else ())
@@ -75,6 +75,6 @@ def test_functionalize_catalogue(case: Any) -> None:
 @pytest.mark.parametrize("case", S_CASES, ids=[c.name for c in S_CASES])
 def test_synthetic_base_catalogue(case: Any, request: pytest.FixtureRequest) -> None:
     if case.name in S_KNOWN:
-        request.applymarker(pytest.mark.xfail(reason=S_KNOWN[case.name], strict=False))
+        request.applymarker(pytest.mark.xfail(reason=S_KNOWN[case.name], strict=True))
     compile = pipeline("min_cut")
     synthetic_base_conftest.check_aliased(case.program, case.make_inputs, case.shape, True, compile)

@@ -426,6 +426,56 @@ def view_under_no_grad(x):
     return (v,)
 
 
+@case(S)
+def view_of_view_under_no_grad(x):
+    with torch.no_grad():
+        v = x.t()[1:].unsqueeze(0)
+    return (v, x * 2)
+
+
+@case(S)
+def unbind_under_no_grad(x):
+    with torch.no_grad():
+        rows = x.unbind(0)
+    return (rows[0], rows[2])
+
+
+@case(S)
+def detach_of_view_under_no_grad(x):
+    with torch.no_grad():
+        v = x.view(-1).detach()
+    return (v,)
+
+
+@case(S)
+def view_of_intermediate_under_no_grad(x):
+    y = x * 2
+    with torch.no_grad():
+        v = y.view(-1)
+    return (v, y)
+
+
+@case(S)
+def lone_view_of_intermediate_under_no_grad(x):
+    y = x * 2
+    with torch.no_grad():
+        v = y[0]
+    return (v,)
+
+
+@case(S)
+def detached_intermediate_beside_it(x):
+    y = x * 2
+    return (y.detach(), y)
+
+
+@case(S, S, mutated=(0,))
+def set_under_no_grad_then_read_both(x, y):
+    with torch.no_grad():
+        x.set_(y)
+    return (x * 2 + y * 3,)
+
+
 # -- outputs that view intermediates --------------------------------------------
 
 

@@ -32,12 +32,8 @@ def compile_eager(fn):
     return conveyor.compile(fn, plugins=functionalize_plugins(), backend="eager")
 
 
-KNOWN_WRONG = {
-    "view_under_no_grad": (
-        "an output that views an input requiring grad, taken under no_grad: eager's output requires grad as a "
-        "leaf of its own (grad_fn None); compiled it is detached (requires_grad False). Gradients agree"
-    ),
-}
+#: catalogue cases the stage gets wrong with grad, by name -> exact cause (strict xfails); none today
+KNOWN_WRONG: dict[str, str] = {}
 
 
 def catalogue_params() -> list[object]:

@@ -281,6 +281,6 @@ def test_aliasing_case(
 ) -> None:
     known = KNOWN_INNER.get((case.name, requires_grad))
     if known and request.node.callspec.params["pipeline"] == "full":
-        request.applymarker(pytest.mark.xfail(reason=known, strict=False))
+        request.applymarker(pytest.mark.xfail(reason=known, strict=True))
     checked = check_aliased(case.program, case.make_inputs, case.shape, requires_grad, pipeline)
     assert inner_input_count(checked.compiled) == case.inner_inputs

@@ -159,7 +159,9 @@ def _classify_outputs(run: FunctionalRun, infos: tuple[InputInfo, ...]) -> tuple
             groups.setdefault(ref, []).append(k)
     num_bases = 0
     for members in groups.values():
-        roots = [k for k in members if outs[k]._base is None]
+        # a root that requires grad first: the others are rebuilt from it, and one rebuilt
+        # from a detached root (``y.detach()`` returned beside ``y``) would lose its gradient
+        roots = sorted((k for k in members if outs[k]._base is None), key=lambda k: not outs[k].requires_grad)
         if roots:
             for k in members:
                 kind = OutputKind.FRESH if k == roots[0] else OutputKind.ALIAS_OF_OUTPUT

@@ -77,6 +77,7 @@ class Source(Enum):
     """Where a user output comes from at run time."""
 
     INNER = "inner"  # inner output ``index``
+    INNER_LEAF = "inner_leaf"  # inner output ``index``, a leaf that requires grad (Note [Views taken under no_grad])
     INPUT = "input"  # the caller's input ``index`` itself
     INPUT_VIEW = "input_view"  # a view of input ``index``
     BASE_VIEW = "base_view"  # a view of the intermediate base in inner output ``index``
@@ -129,15 +130,24 @@ class EpiloguePlan:
 
     @staticmethod
     def build(
-        meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any], grad_enabled: bool
+        meta: ProgramMeta,
+        run: FunctionalRun,
+        layout: FunctionalLayout,
+        inputs: Sequence[Any],
+        grad_enabled: bool,
+        no_grad_views: frozenset[int] = frozenset(),
     ) -> EpiloguePlan:
+        """:param no_grad_views: outputs eager took as views under ``no_grad``
+        (Note [Views taken under no_grad])."""
         records_grad = grad_enabled and any(info.requires_grad for info in meta.inputs)
         mutations = tuple(
             _mutation(InputIdx(i), meta, run, layout, records_grad, inputs[i])
             for i, info in enumerate(meta.inputs)
             if info.mutated
         )
-        outputs = tuple(_recipe(OutputIdx(k), meta, run, layout, inputs) for k in range(len(meta.outputs)))
+        outputs = tuple(
+            _recipe(OutputIdx(k), meta, run, layout, inputs, k in no_grad_views) for k in range(len(meta.outputs))
+        )
         return EpiloguePlan(mutations, outputs, layout.num_outputs)
 
     def wrap(self, inner: CompiledFn) -> CompiledFn:
@@ -168,12 +178,16 @@ def _mutation(
     )
 
 
-def _recipe(k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any]) -> OutputRecipe:
+def _recipe(
+    k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: FunctionalLayout, inputs: Sequence[Any], no_grad: bool
+) -> OutputRecipe:
     info = meta.outputs[k]
     out = run.f_outputs[k]
     what = f"output {k}"
     rg = info.requires_grad
     match info.kind:
+        case OutputKind.FRESH | OutputKind.VIEW_OF_INTERMEDIATE if no_grad:
+            return OutputRecipe(Source.INNER_LEAF, layout.output_slot(k))
         case OutputKind.FRESH | OutputKind.VIEW_OF_INTERMEDIATE:
             return OutputRecipe(Source.INNER, layout.output_slot(k))
         case OutputKind.IS_INPUT:
@@ -186,16 +200,17 @@ def _recipe(k: OutputIdx, meta: ProgramMeta, run: FunctionalRun, layout: Functio
             assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             replay = not meta.inputs[info.index].mutates_metadata  # Note [View replay]
             view = ViewRecipe.of(out, inputs[info.index], what, requires_grad=rg, may_replay=replay)
-            return OutputRecipe(Source.INPUT_VIEW, info.index, view)
+            return OutputRecipe(Source.INPUT_VIEW, info.index, view.taken_under_no_grad() if no_grad else view)
         case OutputKind.VIEW_OF_SHARED_INTERMEDIATE:
             assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             base = run.f_outputs[layout.intermediate_bases[info.index]]._base
             view = ViewRecipe.of(out, base, what, requires_grad=rg, may_replay=True)
+            view = view.taken_under_no_grad() if no_grad else view
             return OutputRecipe(Source.BASE_VIEW, layout.base_slot(BaseIdx(info.index)), view)
         case OutputKind.ALIAS_OF_OUTPUT:
             assert info.index is not None  # indexed kind (OutputInfo.__post_init__)
             view = ViewRecipe.of(out, run.f_outputs[info.index], what, requires_grad=rg, may_replay=True)
-            return OutputRecipe(Source.OUTPUT_VIEW, info.index, view)
+            return OutputRecipe(Source.OUTPUT_VIEW, info.index, view.taken_under_no_grad() if no_grad else view)
     raise AssertionError(f"unhandled output kind {info.kind}")
 
 
@@ -235,7 +250,7 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
     copies = [(m.input, cast(InnerOutIdx, m.slot), m.no_grad) for m in mutations if m.copy_data]
     swaps_onto = [(m.input, m.storage_of, *cast(Geometry, m.geometry)) for m in mutations if m.storage_of is not None]
     # computed outputs first: a view of an output may come before the output it views
-    order = sorted(range(n), key=lambda k: recipes[k].source is not Source.INNER)
+    order = sorted(range(n), key=lambda k: recipes[k].source not in (Source.INNER, Source.INNER_LEAF))
 
     def run(args: list[Any]) -> Sequence[Any]:
         real = list(args) if needs_inputs else ()
@@ -271,6 +286,8 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
             source = r.source
             if source is Source.INNER:
                 outs[k] = inner_outs[r.index]
+            elif source is Source.INNER_LEAF:
+                outs[k] = inner_outs[r.index].detach().requires_grad_()
             elif source is Source.INPUT:
                 outs[k] = real[r.index]
             elif source is Source.OUTPUT:

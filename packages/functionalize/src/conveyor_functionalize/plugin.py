@@ -13,6 +13,7 @@ from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
 from conveyor_functionalize.self_overlap import eager_lowering, written_self_overlapping
 from conveyor_functionalize.trace import trace_functional, writing_nodes
+from conveyor_functionalize.views import no_grad_view_outputs
 
 STAGE = "functionalize"
 META_FACT = "functionalize.meta"
@@ -30,7 +31,8 @@ class Functionalize:
             if overlapping:  # Note [Writes through a self-overlapping input]
                 return eager_lowering(request, STAGE, overlapping)
             layout = FunctionalLayout.of(meta)
-            plan = EpiloguePlan.build(meta, run, layout, request.inputs, request.grad_enabled)
+            views = no_grad_view_outputs(request.graph)  # Note [Views taken under no_grad]
+            plan = EpiloguePlan.build(meta, run, layout, request.inputs, request.grad_enabled, views)
             graph = trace_functional(request.graph, request.inputs, request.fake_mode, layout)
         left = writing_nodes(graph)
         if left:

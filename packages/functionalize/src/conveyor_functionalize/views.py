@@ -16,12 +16,16 @@ dims) only a replay whose view ops take no symbolic argument (``view(-1)``,
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard, cast
 
 import torch
+import torch.fx
 from conveyor.errors import StageError
+from conveyor.grad_regions import GRAD_META
 from torch._C import _functionalization
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -54,11 +58,14 @@ class ViewRecipe:
     :ivar replay: the checked ``ViewMeta`` sequence, or ``None`` to use
         ``as_strided`` (Note [View replay]).
     :ivar detach: eager's view does not require grad though what it views may.
+    :ivar no_grad: eager took the view under ``no_grad`` (Note [Views taken
+        under no_grad]): rebuild it so too.
     """
 
     geometry: Geometry | None
     replay: tuple[Any, ...] | None
     detach: bool
+    no_grad: bool = False
 
     def __post_init__(self) -> None:
         if self.geometry is None and self.replay is None:
@@ -88,16 +95,34 @@ class ViewRecipe:
         geometry = (sizes, strides, offset - viewed_offset)
         return ViewRecipe(geometry, replay, not requires_grad)
 
+    def taken_under_no_grad(self) -> ViewRecipe:
+        """This view as eager took it under ``no_grad`` (Note [Views taken
+        under no_grad]): without the ``detach`` capture marked the region
+        with, rebuilt under ``no_grad``."""
+        replay = self.replay
+        while replay and type(replay[-1]).__name__ == "detach_ViewMeta":
+            replay = replay[:-1]
+        if replay is not None and not replay:
+            replay = None if self.geometry is not None else self.replay
+        return dataclasses.replace(self, replay=replay, detach=False, no_grad=True)
+
     def regenerate(self, viewed: torch.Tensor) -> torch.Tensor:
         """The view, rebuilt from the real ``viewed`` (the per-call path)."""
+        if self.no_grad:
+            with torch.no_grad():
+                return self._view(viewed)
+        out = self._view(viewed)
+        if self.detach and out.requires_grad:
+            out = out.detach()
+        return out
+
+    def _view(self, viewed: torch.Tensor) -> torch.Tensor:
         if self.replay is not None:
             out = _functionalization.apply_view_meta_sequence(viewed, self.replay)  # type: ignore[arg-type]  # any sequence binds
         else:
             assert self.geometry is not None  # no replay means a geometry (__post_init__)
             sizes, strides, rel_offset = self.geometry
             out = viewed.as_strided(sizes, strides, viewed.storage_offset() + rel_offset)
-        if self.detach and out.requires_grad:
-            out = out.detach()
         return out
 
 
@@ -151,3 +176,49 @@ def _checked_replay(view: Any, viewed_fake: torch.Tensor, expected: Geometry) ->
     sequence, out = replayed
     got = (tuple(out.size()), tuple(out.stride()), out.storage_offset())
     return tuple(sequence) if _same(got, expected) and out.dtype == view.dtype else None
+
+
+def no_grad_view_outputs(graph: torch.fx.GraphModule) -> frozenset[int]:
+    """The outputs that are views taken under ``no_grad`` of a tensor that
+    requires grad, returned as they are.
+
+    Note [Views taken under no_grad]: eager's ``with torch.no_grad(): v =
+    x.view(-1)`` of an ``x`` that requires grad is a view of ``x`` that
+    requires grad as a leaf of its own (``grad_fn`` None; a backward through
+    it stops there). Capture marks the region by a ``detach`` after the view
+    (``conveyor.grad_regions``), which the analysis reads as a detached
+    output; the epilogue instead rebuilds such an output under ``no_grad``
+    from the real tensor it views (an input, an output, an intermediate
+    base), as eager made it, or, for a view of an intermediate the epilogue
+    does not see, makes the inner output a leaf that requires grad. A
+    ``detach()`` the program wrote itself keeps its output detached."""
+    (output,) = (n for n in graph.graph.nodes if n.op == "output")
+    found = set()
+    for k, node in enumerate(output.args[0]):
+        if not (isinstance(node, torch.fx.Node) and node.target is _DETACH and GRAD_META not in node.meta):
+            continue  # not the detach capture puts after a no-grad result
+        chain, steps = node.args[0], 0
+        while isinstance(chain, torch.fx.Node) and chain.op == "call_function":
+            if chain.target is operator.getitem:  # an output of a multi-output view (unbind, split)
+                chain = chain.args[0]
+                continue
+            if chain.target is _DETACH or chain.meta.get(GRAD_META, True) is not False or not _is_view_node(chain):
+                break
+            chain, steps = chain.args[0], steps + 1
+        if steps:  # capture puts the detach only after what would require grad: eager's view does
+            found.add(k)
+    return frozenset(found)
+
+
+_DETACH = torch.ops.aten.detach.default
+
+
+def _is_view_node(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return (
+        schema is not None
+        and bool(schema.returns)
+        and schema.returns[0].alias_info is not None
+        and not schema.returns[0].alias_info.is_write
+        and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    )
