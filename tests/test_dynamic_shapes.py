@@ -44,3 +44,19 @@ def test_training_a_module_over_batch_sizes_compiles_once_symbolically():
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p, q)
     assert c.compiles == 2 and _symbolic(c.last)
+
+
+def test_the_same_tensor_twice_stays_symbolic_through_dedupe():
+    # tied weights: one tensor in two positions, other inputs change size (a stage
+    # that keys on the sizes of inputs sharing storage, synthetic_base, keeps
+    # those sizes static: a different key is a different program)
+    def f(w1, w2, x):
+        return x @ w1 + (x @ w2.t()).sin()
+
+    c = conveyor.compile(f)
+    w = torch.randn(3, 3)
+    for n in (2, 3, 4, 6):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(c(w, w, x), f(w, w, x))
+    assert c.compiles == 2 and _symbolic(c.last)
+    assert "dedupe" in [g.stage for g in c.last.graphs]
