@@ -159,6 +159,7 @@ class AtenCounter(TorchDispatchMode):
         self.kernels = 0
         self.bytes = 0
         self.inside = 0
+        self.size_boxes = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         from conveyor_triton import metrics
@@ -168,7 +169,9 @@ class AtenCounter(TorchDispatchMode):
             return out
         schema = func._schema
         view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
-        if not view and func is not torch.ops.aten.detach.default:
+        if func is torch.ops.aten.empty.memory_format and isinstance(out, torch.Tensor) and out.numel() == 0:
+            self.size_boxes += 1  # torch's compiled-autograd run time passes each size as empty(0, n): no data
+        elif not view and func is not torch.ops.aten.detach.default:
             self.kernels += 1
             leaves = torch.utils._pytree.tree_leaves((args, kwargs, out))
             self.bytes += sum(
@@ -228,17 +231,19 @@ def triton_counts(d: int = 32, heads: int = 2, batch: int = 2, seq: int = 8) -> 
                         undo()
         worst = max((a.grad - b.grad).abs().max().item() for a, b in zip(ref.parameters(), model.parameters(), strict=True))
         inlined = session.last.inlined if captured and session.last else "-"
-        rows.append((name, counted.launches, counted.kernels, counted.bytes, counter.kernels, counter.bytes, worst, inlined))
+        rows.append(
+            (name, counted.launches, counted.kernels, counted.bytes, counter.kernels, counter.bytes, worst, inlined, counter.size_boxes)
+        )
     print(f"\ntriton backend, backward only: d={d} heads={heads} batch={batch} seq={seq} (Triton interpreter on CPU)")
     print(
         "| backward | conveyor launches (triton + aten) | conveyor MB | eager aten calls outside conveyor | their MB "
-        "| total launches | total MB | inlined | max abs grad diff |"
+        "| total launches | total MB | inlined | size boxes (empty(0, n), no data) | max abs grad diff |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, launches, kernels, nbytes, out_k, out_b, worst, inlined in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, launches, kernels, nbytes, out_k, out_b, worst, inlined, boxes in rows:
         print(
             f"| {name} | {launches} ({kernels} + {launches - kernels}) | {nbytes / 1e6:.3f} | {out_k} | {out_b / 1e6:.3f} "
-            f"| {launches + out_k} | {(nbytes + out_b) / 1e6:.3f} | {inlined} | {worst:.1e} |"
+            f"| {launches + out_k} | {(nbytes + out_b) / 1e6:.3f} | {inlined} | {boxes} | {worst:.1e} |"
         )
 
 

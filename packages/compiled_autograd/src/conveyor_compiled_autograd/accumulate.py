@@ -48,10 +48,12 @@ def try_steal(variable: Any, variable_grad: Any, new_grad: Any) -> bool:
         return False
     if variable.layout is not torch.strided:
         return False
-    if is_non_overlapping_and_dense(variable):
-        if new_grad.stride() != variable.stride():
-            return False
-    elif not new_grad.is_contiguous():
+    # the layout contract: the parameter's strides if it is non-overlapping and dense, else contiguous
+    if new_grad.stride() == variable.stride():
+        ok = variable.is_contiguous() or new_grad.is_contiguous() or is_non_overlapping_and_dense(variable)
+    else:
+        ok = new_grad.is_contiguous() and not is_non_overlapping_and_dense(variable)
+    if not ok:
         return False
     variable.grad = new_grad
     return True

@@ -25,12 +25,14 @@ wrong values. Such a backward raises :data:`HIGHER_ORDER`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.fx
 from conveyor import Pipeline, StageGraph
+from torch._dynamo import external_utils
 
 from conveyor_compiled_autograd.accumulate import fresh_outputs, try_steal
 from conveyor_compiled_autograd.callbacks import collecting
@@ -67,6 +69,7 @@ class CompiledBackward:
             if seg.computes:
                 self.programs[id(seg)] = SegmentProgram(seg, pipeline, gm, f"{name} segment {k}")
         self._stub = _final_callbacks_stub()
+        self._unwrap = getattr(external_utils, "unwrap_maybe_dynamic_int", None)  # a size, passed as empty(0, n)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self._placeholders = placeholders
         # values no later step reads are dropped from the environment after their last step
@@ -110,7 +113,13 @@ class CompiledBackward:
         fresh: set[torch.fx.Node] = set()
         for i, (kind, item) in enumerate(self.plan.steps):
             if kind == "plumbing":
-                env[item] = run_node(item, env, self.gm)
+                if item.target is operator.getitem and type(item.args[1]) is int:  # the common case, without map_arg
+                    env[item] = env[item.args[0]][item.args[1]]
+                elif item.target is self._unwrap:
+                    size = env[item.args[0]]
+                    env[item] = size.size(1) if isinstance(size, torch.Tensor) else size
+                else:
+                    env[item] = run_node(item, env, self.gm)
             else:
                 if not cleared:  # the lifted inputs are ours now: free activations as they are used
                     inputs.clear()
