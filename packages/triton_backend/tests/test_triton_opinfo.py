@@ -2,8 +2,9 @@
 ``op_db`` sample inputs, compiled with the triton backend (outputs poisoned
 before each launch) and compared with eager.
 
-Pass counts (all samples, float32 / float16 / bfloat16) are in the package
-README. Bounded: a few samples per op and dtype, so the sweep stays in CI.
+Pass counts (all samples, float32 / float16 / bfloat16, bool and the integer
+types) are in the package README. Bounded: a few samples per op and dtype, so
+the sweep stays in CI.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ XFAIL: dict[tuple[str, torch.dtype], str] = {}
 
 INT_OPS = "add sub mul neg abs eq lt ge maximum minimum where bitwise_not bitwise_and bitwise_or bitwise_xor sum amax amin".split()
 
-LIMITS = {torch.float32: 6, torch.float16: 3, torch.bfloat16: 2, torch.int32: 3}
+# every op in bool and the integer types (the samples in dtypes an op does not support are skipped)
+EXACT_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int64)
+
+LIMITS = {torch.float32: 6, torch.float16: 3, torch.bfloat16: 2, torch.int32: 3, **{d: 3 for d in EXACT_DTYPES}}
 
 CASES = [
     pytest.param(
@@ -36,7 +40,9 @@ CASES = [
     )
     for dtype in (torch.float32, torch.float16, torch.bfloat16)
     for op in OPS
-] + [pytest.param(op, torch.int32, id=f"{op}-int32") for op in INT_OPS]
+] + [pytest.param(op, torch.int32, id=f"{op}-int32") for op in INT_OPS] + [
+    pytest.param(op, dtype, id=f"{op}-{str(dtype).removeprefix('torch.')}") for dtype in EXACT_DTYPES for op in OPS
+]
 
 
 @pytest.mark.opinfo

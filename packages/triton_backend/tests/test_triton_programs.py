@@ -203,6 +203,15 @@ def test_inputs_requiring_grad_need_autograd_stage(triton_only):
         check(lambda x: x.sin(), torch.randn(3, requires_grad=True), compile=triton_only(), check_grads=False)
 
 
+def test_views_of_inputs_requiring_grad_need_no_kernel(triton_only):
+    # the autograd stage hands on a graph of views as it is: aten views record
+    # autograd history, so it runs (before, the backend refused it)
+    x = torch.randn(3, 4, requires_grad=True)
+    result = check(lambda t: (t.flatten(), *torch.hsplit(t, 2)), x, compile=triton_only())
+    (report,) = conveyor_triton.reports(result.compiled)
+    assert not report.kernels
+
+
 def test_new_sizes_reuse_source(triton_only):
     compiled = triton_only()(pointwise_chain)
     compiled(torch.randn(3, 4), torch.randn(3, 4))

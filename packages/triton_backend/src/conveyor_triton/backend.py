@@ -41,13 +41,7 @@ class TritonBackend:
 
     def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
         tensors = [t for t in request.inputs if isinstance(t, torch.Tensor)]
-        if request.grad_enabled and any(t.requires_grad for t in tensors):
-            raise StageError(
-                STAGE,
-                "inputs require grad, and generated kernels record no autograd history; "
-                "enable the autograd stage (it hands this backend separate forward and backward graphs), "
-                "or run under torch.no_grad()",
-            )
+        needs_history = request.grad_enabled and any(t.requires_grad for t in tensors)
         interpreter.prepare({t.device for t in tensors}, STAGE)
         notes: list[str] = []
         conflicts = None
@@ -64,5 +58,14 @@ class TritonBackend:
         else:
             gm = request.graph
         program = lower(gm, _received_outputs(request), request.label, dict(options), notes, conflicts)
+        if needs_history and program.kernels:
+            # aten steps (views, fallbacks) record autograd history; kernels do not. A graph
+            # of views only (the autograd stage hands those on as they are) runs as it is.
+            raise StageError(
+                STAGE,
+                "inputs require grad, and generated kernels record no autograd history; "
+                "enable the autograd stage (it hands this backend separate forward and backward graphs), "
+                "or run under torch.no_grad()",
+            )
         request.graph.meta["conveyor_triton"] = program
         return program

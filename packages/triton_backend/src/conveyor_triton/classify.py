@@ -138,6 +138,10 @@ def _classify_pointwise(node: torch.fx.Node, out: torch.Tensor) -> NodeClass:
             operands.append(Value("", None, a))
         else:
             return NodeClass("fallback", f"argument {i} is {type(a).__name__}")
-    if rule.emit(operands, node, out.dtype) is None:
+    try:
+        expr = rule.emit(operands, node, out.dtype)
+    except (ValueError, OverflowError) as exc:  # e.g. a NaN or infinite scalar for an integer tensor
+        return NodeClass("fallback", f"a scalar argument has no value in {out.dtype}: {exc}")
+    if expr is None:
         return NodeClass("fallback", f"{node.target} with these dtypes / arguments has no lowering")
     return NodeClass("pointwise")

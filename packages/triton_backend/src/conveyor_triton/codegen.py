@@ -196,7 +196,9 @@ class _Writer:
         self.lines.append(f"        {v} = {val}")
         if kind == "sum":
             self.lines.append(f"        {acc} = {acc} + tl.where(fmask, {v}, 0)")
-            self.lines.append(f"    {name} = tl.sum({acc}, 1)[:, None]")
+            # Triton sums narrow integers in int32: wrap back to the accumulator's type
+            total = f"tl.sum({acc}, 1)" if acc_dtype.is_floating_point else f"tl.sum({acc}, 1).to({tl_type(acc_dtype)})"
+            self.lines.append(f"    {name} = {total}[:, None]")
         else:
             op = ">" if kind == "max" else "<"
             nan = f" | ({v} != {v})" if acc_dtype.is_floating_point else ""

@@ -112,5 +112,30 @@ def literal(value: Any) -> str:
     raise TypeError(f"no Triton literal for {type(value).__name__} {value!r}")
 
 
+def wrap(value: int, dtype: torch.dtype) -> int:
+    """An integer scalar as eager converts it for arithmetic on an integer
+    ``dtype``: wrapped into the dtype's range by two's complement (``u8 < -1``
+    compares with 255, ``i8 + 300`` adds 44), so a literal in generated source
+    is always representable in the tensor's type."""
+    info = torch.iinfo(dtype)
+    span = info.max - info.min + 1
+    return (int(value) - info.min) % span + info.min
+
+
+def fits(value: Any, dtype: torch.dtype) -> bool:
+    """Whether eager converts scalar ``value`` to ``dtype`` without its overflow
+    check raising (``fill``, ``clamp``, ``where``, ``full`` check; arithmetic
+    and comparisons wrap, see :func:`wrap`). Conservative: a value this says
+    no to runs as an aten call, which raises or not as eager does."""
+    if dtype.is_floating_point:  # eager checks finite values against the type's range
+        return not math.isfinite(value) or abs(value) <= torch.finfo(dtype).max
+    if dtype is torch.bool:
+        return value in (0, 1)
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
 def is_scalar(value: Any) -> bool:
     return isinstance(value, (bool, int, float))

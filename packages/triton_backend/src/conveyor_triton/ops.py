@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from conveyor_triton.dtypes import cast, compute_dtype, is_scalar, literal
+from conveyor_triton.dtypes import cast, compute_dtype, fits, is_scalar, literal, wrap
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -42,7 +42,7 @@ class Value:
                 return literal(bool(self.scalar))
             if dtype.is_floating_point:
                 return literal(float(self.scalar))
-            return literal(int(self.scalar))
+            return literal(wrap(int(self.scalar), dtype))
         return cast(self.expr, self.dtype, dtype)
 
 
@@ -71,9 +71,9 @@ def _promoted(values: Sequence[Value]) -> torch.dtype:
     return compute_dtype(torch.result_type(reps[0], reps[1]))
 
 
-def _alpha(node: torch.fx.Node, expr: str) -> str:
+def _alpha(node: torch.fx.Node, expr: str, dtype: torch.dtype) -> str:
     alpha = node.kwargs.get("alpha", 1)
-    return expr if alpha == 1 else f"({expr} * {literal(alpha)})"
+    return expr if alpha == 1 else f"({expr} * {Value('', None, alpha).to(dtype)})"
 
 
 def _binary(fmt: str) -> Emit:
@@ -118,13 +118,20 @@ def _bitwise(op: str) -> Emit:
 
 
 def _add(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
+    if out is torch.bool:
+        # bool arithmetic saturates in eager (True + True is True); 1 + 1 in
+        # one bit would be 0. The alpha of a bool add is a bool.
+        a, b = v[0].to(torch.bool), v[1].to(torch.bool)
+        return f"({a} | {b})" if node.kwargs.get("alpha", True) else a
     c = compute_dtype(out)
-    return f"({v[0].to(c)} + {_alpha(node, v[1].to(c))})"
+    return f"({v[0].to(c)} + {_alpha(node, v[1].to(c), c)})"
 
 
 def _sub(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
+    if out is torch.bool:
+        return None  # eager raises ("subtraction ... with two bool tensors"): aten raises it
     c = compute_dtype(out)
-    return f"({v[0].to(c)} - {_alpha(node, v[1].to(c))})"
+    return f"({v[0].to(c)} - {_alpha(node, v[1].to(c), c)})"
 
 
 def _div(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
@@ -144,12 +151,15 @@ def _minimum(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str |
     return f"tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})"
 
 
-def _clamp_with(x: str, lo: Any, hi: Any) -> str:
-    # comparisons with NaN are false, so NaN passes through, as in eager
+def _clamp_with(x: str, lo: Any, hi: Any, dtype: torch.dtype) -> str:
+    # comparisons with NaN are false, so NaN passes through, as in eager;
+    # bounds are converted to the tensor's dtype first, as in eager
     if lo is not None:
-        x = f"tl.where({x} < {literal(lo)}, {literal(lo)}, {x})"
+        low = Value("", None, lo).to(dtype)
+        x = f"tl.where({x} < {low}, {low}, {x})"
     if hi is not None:
-        x = f"tl.where({x} > {literal(hi)}, {literal(hi)}, {x})"
+        high = Value("", None, hi).to(dtype)
+        x = f"tl.where({x} > {high}, {high}, {x})"
     return x
 
 
@@ -159,19 +169,28 @@ def _scalar_arg(node: torch.fx.Node, i: int, name: str) -> Any:
     return node.kwargs.get(name)
 
 
+def _bounds_fit(out: torch.dtype, *bounds: Any) -> bool:
+    """Eager's clamp converts its bounds with an overflow check (it raises on
+    ``int8.clamp(-300)``): a bound ``out`` cannot hold runs as aten."""
+    return out is not torch.bool and all(b is None or (is_scalar(b) and fits(b, out)) for b in bounds)
+
+
 def _clamp(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
     lo, hi = _scalar_arg(node, 1, "min"), _scalar_arg(node, 2, "max")
-    if not all(b is None or is_scalar(b) for b in (lo, hi)) or out is torch.bool:
+    if not _bounds_fit(out, lo, hi):
         return None
-    return _clamp_with(v[0].to(compute_dtype(out)), lo, hi)
+    c = compute_dtype(out)
+    return _clamp_with(v[0].to(c), lo, hi, c)
 
 
 def _clamp_min(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
-    return None if out is torch.bool else _clamp_with(v[0].to(compute_dtype(out)), node.args[1], None)
+    c = compute_dtype(out)
+    return _clamp_with(v[0].to(c), node.args[1], None, c) if _bounds_fit(out, node.args[1]) else None
 
 
 def _clamp_max(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
-    return None if out is torch.bool else _clamp_with(v[0].to(compute_dtype(out)), None, node.args[1])
+    c = compute_dtype(out)
+    return _clamp_with(v[0].to(c), None, node.args[1], c) if _bounds_fit(out, node.args[1]) else None
 
 
 def _relu(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
@@ -271,7 +290,9 @@ def _copy(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | No
 def _constant(position: int) -> Emit:
     def emit(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
         value = node.args[position]
-        return Value("", None, value).to(compute_dtype(out)) if is_scalar(value) else None
+        if not is_scalar(value) or not fits(value, out):
+            return None  # eager's conversion raises (``full_like(int8, 300)``): aten raises it
+        return Value("", None, value).to(compute_dtype(out))
 
     return emit
 
