@@ -122,3 +122,38 @@ def test_a_nested_subclass_runs_eagerly_with_a_warning():
         out = f(x)
     assert_two_close(out, x * 2)
     assert any("TwoTensor holds tensor subclasses" in str(w.message) for w in caught)
+
+
+class StraightThrough(torch.autograd.Function):
+    """round() forward, identity backward: a gradient the aten ops do not give."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_subclass_program_in_training_keeps_its_own_autograd(entry):
+    # Note [Subclass programs in training]: the backward is traced at the subclass level
+    def f(x):
+        return StraightThrough.apply(x * 3).sum()
+
+    x = two(5, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    out, ref = ENTRY_POINTS[entry](f)(x2), f(x)
+    assert_two_close(out, ref)
+    ref.backward()
+    out.backward()
+    assert_two_close(x2.grad, x.grad)  # 3 everywhere, not round()'s zero gradient
+
+
+def test_double_backward_through_a_subclass_program_is_a_clear_error():
+    x = two(3, requires_grad=True)
+    out = conveyor.compile(lambda t: (t * t).sum())(x)
+    (g,) = torch.autograd.grad(out, x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        torch.autograd.grad(g.sum(), x)

@@ -140,6 +140,7 @@ class _Program(torch.autograd.Function):
         return tuple(outs)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the compiled backward records no graph of its own
     def backward(ctx: Any, *grads: Any) -> Any:  # type: ignore[override]
         boundary: Boundary = ctx.boundary
         plan: Backward = ctx.plan
