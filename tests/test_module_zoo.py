@@ -786,26 +786,21 @@ def test_autocast_state_is_part_of_the_conveyor_compile_cache_key(compile) -> No
         torch.testing.assert_close(got, expected, msg=lambda m, a=autocast: f"autocast={a}: {m}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="functionalize: it runs the graph under the Python dispatcher, where torch's own Python "
-    "decomposition of aten.softshrink (where(abs(x) > lambd, x - sign(x) * lambd, x * 0)) replaces the op; "
-    "its gradient at a NaN input is 0, eager's softshrink_backward passes the incoming gradient there "
-    "(torch.compile(backend='aot_eager') differs from eager the same way)",
-)
-def test_softshrink_gradient_at_nan() -> None:
+# Note [Python kernels that differ from eager] (conveyor_functionalize.decompositions):
+# under the Python dispatcher torch replaces these ops with Python decompositions
+# that differ from eager (torch.compile(backend="aot_eager") inherits both); the
+# functional graph keeps the ops, and the triton backend keeps their eager kernels.
+@pytest.mark.parametrize("compile", [conveyor_eager, conveyor_triton], ids=entry_id)
+@pytest.mark.parametrize("module", [nn.Softshrink(0.3), nn.Hardshrink(0.3)], ids=["softshrink", "hardshrink"])
+def test_shrink_gradient_at_nan(compile, module) -> None:
+    # softshrink's decomposition gives 0 at NaN, eager's backward passes the incoming
+    # gradient; hardshrink's agrees with eager (kept here as its guard)
     x = torch.tensor([0.1, 1.0, -1.0, float("nan")], requires_grad=True)
-    check(nn.Softshrink(0.3), x, compile=conveyor_eager)
+    check(module, x, compile=compile)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="functionalize: it runs the graph under the Python dispatcher, where torch's own Python "
-    "decomposition of aten.multilabel_margin_loss_forward (torch/_decomp/decompositions.py) is wrong for a "
-    "batch of more than one sample (the gathered targets, permuted to (C, N, 1), broadcast against the (N, C) "
-    "input and mix samples); torch.compile(backend='aot_eager') gives the same wrong loss",
-)
-@pytest.mark.parametrize("compile", ENTRY_POINTS, ids=entry_id)
+@pytest.mark.parametrize("compile", [*ENTRY_POINTS, conveyor_triton], ids=entry_id)
 def test_multilabel_margin_loss_over_a_batch(compile) -> None:
+    # the decomposition broadcasts the gathered (C, N, 1) targets against the (N, C) input
     x, target = torch.randn(2, 4, requires_grad=True), torch.tensor([[3, 0, -1, 1], [1, 2, 3, -1]])
     check(nn.MultiLabelMarginLoss(), x, target, compile=compile, **TOL)

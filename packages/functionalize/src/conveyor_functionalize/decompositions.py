@@ -21,6 +21,17 @@ differentiates correctly.
 ``bernoulli.p`` is here for the same reason in another guise: the functional
 form must draw the random numbers eager's in-place form draws, element for
 element.
+
+Note [Python kernels that differ from eager]: functionalization runs the
+program under the Python dispatcher (as make_fx and AOTAutograd do), where
+torch replaces some ops at the Autograd key with a Python decomposition of
+its own (``op.py_kernels``). For most of them the decomposition computes
+what the C++ kernel computes; for the ops in :data:`EAGER_KERNELS` it does
+not (the values, or the gradient autograd derives from the decomposed ops),
+so the functional graph keeps the op itself, traced with the Python
+dispatcher off for that one call (:func:`keep_eager_kernels`): eager's kernel
+and eager's derivative formula. ``torch.compile(backend="aot_eager")``
+inherits these differences; conveyor does not.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import torch
+import torch.fx
 
 aten = torch.ops.aten
 
@@ -89,3 +101,37 @@ DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten.bernoulli.p: bernoulli_p,
     aten.as_strided_scatter.default: as_strided_scatter,
 }
+
+
+#: Note [Python kernels that differ from eager]: op -> how its Python kernel
+#: differs from eager's (each has a test in tests/test_module_zoo.py or the
+#: OpInfo pipeline sweep, tests/test_opinfo_pipeline.py)
+EAGER_KERNELS: dict[Any, str] = {
+    aten.softshrink.default: "its gradient at NaN is 0 (where(|x| > lambd, ...) picks the zero branch); "
+    "eager's softshrink_backward passes the incoming gradient",
+    aten.multilabel_margin_loss_forward.default: "wrong for a batch of more than one sample (the gathered "
+    "targets, permuted to (C, N, 1), broadcast against the (N, C) input and mix samples)",
+}
+
+
+def call_with_eager_kernel(op: Any, *args: Any, **kwargs: Any) -> Any:
+    """``op(*args, **kwargs)`` with the Python dispatcher off: the op's C++
+    kernels (and its derivative formula) rather than torch's Python kernel
+    (Note [Python kernels that differ from eager])."""
+    with torch._C._DisablePythonDispatcher():
+        return op(*args, **kwargs)
+
+
+def keep_eager_kernels(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``graph`` with each op of :data:`EAGER_KERNELS` called through
+    :func:`call_with_eager_kernel` (a copy; ``graph`` is unchanged, and
+    returned as it is when it has none)."""
+    if not any(n.op == "call_function" and n.target in EAGER_KERNELS for n in graph.graph.nodes):
+        return graph
+    new = torch.fx.Graph()
+    new.output(new.graph_copy(graph.graph, {}))
+    for node in new.nodes:
+        if node.op == "call_function" and node.target in EAGER_KERNELS:
+            node.args = (node.target, *node.args)
+            node.target = call_with_eager_kernel
+    return torch.fx.GraphModule(graph, new)

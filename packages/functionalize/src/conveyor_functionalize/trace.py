@@ -20,7 +20,7 @@ from conveyor import retrace
 from conveyor.grad_regions import detach_no_grad_results
 from conveyor.schema import writes
 
-from conveyor_functionalize.decompositions import DECOMPOSITIONS
+from conveyor_functionalize.decompositions import DECOMPOSITIONS, keep_eager_kernels
 from conveyor_functionalize.functional_run import from_functional, run_functional
 from conveyor_functionalize.layout import FunctionalLayout
 
@@ -33,6 +33,7 @@ def trace_functional(
     graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any, layout: FunctionalLayout
 ) -> torch.fx.GraphModule:
     """The functional graph of ``graph``, with outputs laid out by ``layout``."""
+    graph = keep_eager_kernels(graph)  # Note [Python kernels that differ from eager]
 
     def functional(*args: Any) -> tuple[Any, ...]:
         run = run_functional(graph, args, for_trace=True)
