@@ -200,3 +200,16 @@ def test_an_lstm_compiles_and_keeps_real_flat_weights(recwarn):
     # functional_call's parameter swap rewrites _flat_weights; the capture puts them back
     assert all(type(t) is torch.nn.Parameter for t in m._flat_weights)
     assert not [w for w in recwarn if "eagerly" in str(w.message)]
+
+
+LOG = __import__("logging").getLogger("conveyor.tests.objects")
+
+
+def test_a_logger_used_by_the_program_is_not_taken_for_its_state(recwarn):
+    def f(x):
+        LOG.isEnabledFor(10)  # fills the logger's level cache during the trace
+        return x * 2
+
+    LOG.manager._clear_cache()
+    torch.testing.assert_close(conveyor.compile(f)(torch.ones(2)), torch.full((2,), 2.0))
+    assert not [w for w in recwarn if "eagerly" in str(w.message)]

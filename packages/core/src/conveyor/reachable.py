@@ -16,7 +16,8 @@ eagerly, as eager would, with a warning. Argument objects are not watched
 here: their writes are replayed (Note [Python objects in and out]).
 
 Only the function's own code is looked at: state reached only through other
-functions it calls is not watched.
+functions it calls is not watched, nor are the runtime's own objects
+(loggers, locks, torch's internals), whose caches fill in as a trace runs.
 """
 
 from __future__ import annotations
@@ -58,6 +59,15 @@ def _roots(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> lis
     elif is_object(fn) or callable(fn) and hasattr(fn, "__dict__") and not isinstance(fn, type):
         roots.append((type(fn).__name__, fn))
     return roots
+
+
+#: libraries whose objects are the runtime's, not the program's state (a logger's
+#: level cache fills in as a trace logs): not watched
+_INFRASTRUCTURE = ("logging", "threading", "_thread", "weakref", "warnings", "functools", "typing", "importlib", "torch")
+
+
+def _infrastructure(v: Any) -> bool:
+    return type(v).__module__.split(".")[0] in _INFRASTRUCTURE
 
 
 def _mirrors_parameters(v: Any, m: torch.nn.Module) -> bool:
@@ -117,7 +127,7 @@ class StateWatch:
                 seen.add(id(v))
                 self.saved.append((where, v, [(v, list(v))]))
                 stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
-            elif type(v) is dict or (is_object(v) and not isinstance(v, torch.nn.Module)):
+            elif type(v) is dict or (is_object(v) and not isinstance(v, torch.nn.Module) and not _infrastructure(v)):
                 seen.add(id(v))
                 d = v if type(v) is dict else vars(v)
                 self.saved.append((where, v, [(d, dict(d))]))
