@@ -36,3 +36,17 @@ def test_a_global_forward_pre_hook_is_detected():
         assert any("global module hook" in str(w.message) for w in caught)
     finally:
         handle.remove()
+
+
+def test_a_hook_registered_after_compiling_is_seen_at_the_next_call():
+    model = torch.nn.Linear(3, 2)
+    compiled = conveyor.compile(model)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(x), model(x))
+    handle = model.register_forward_hook(lambda mod, inp, out: out + 1)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        torch.testing.assert_close(compiled(x), model(x))
+    assert compiled.last.eager
+    handle.remove()
+    torch.testing.assert_close(compiled(x), model(x))

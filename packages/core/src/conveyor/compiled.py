@@ -27,7 +27,7 @@ from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn
 from conveyor.subclass_joint import compile_program
 from conveyor.subclasses import boundary_key
-from conveyor.wrappers import refuse_distributed_wrapper, refuse_forward_hooks
+from conveyor.wrappers import hooks_key, refuse_distributed_wrapper, refuse_forward_hooks
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,8 @@ class Compiled:
             ) from exc
         stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
         training = self._state.training() if self._state is not None else ()
-        return (spec_key, constants, training, cache.call_key(flat), stage_keys, boundary_key(flat))
+        hooks = hooks_key(self._state.modules) if self._state is not None else ()  # Note [Forward hooks]
+        return (spec_key, constants, training, cache.call_key(flat), stage_keys, boundary_key(flat), hooks)
 
     # -- a cache miss -------------------------------------------------------
     def _miss(

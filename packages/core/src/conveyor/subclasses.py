@@ -45,6 +45,7 @@ from conveyor.schema import writes
 from conveyor.stage import CompiledFn
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, FakeTensor)
+_PLAIN_TYPES = frozenset(_PLAIN)
 BOUNDARY_META = "conveyor_subclass_boundary"
 
 
@@ -167,7 +168,9 @@ def boundary_key(flat: Sequence[Any]) -> Hashable:
     it) is a :class:`CaptureError` here, before anything is traced."""
     parts = []
     for x in flat:
-        if isinstance(x, torch.Tensor) and type(x) not in _PLAIN:
+        if type(x) in _PLAIN_TYPES:
+            continue
+        if isinstance(x, torch.Tensor):
             reason = _unsupported(x)
             if reason is not None and not is_traceable_wrapper_subclass(x):
                 raise CaptureError(f"capture: {reason}; run it eagerly, or implement that protocol")

@@ -18,17 +18,19 @@ Note [Forward hooks]: a module forward (pre-)hook, on any submodule or
 registered globally, runs at trace time; its tensor work is compiled in, but
 anything else it does (count calls, log, set state, talk to other ranks)
 would happen once. Such a module runs eagerly, with a warning that names the
-hook. Tensor-parallel styles (``torch.distributed.tensor.parallel``) register
+hook. The hooks in force are part of the compile-cache key, so a hook
+registered after a compile is seen at the next call. Tensor-parallel styles (``torch.distributed.tensor.parallel``) register
 hooks that only re-lay out their inputs and outputs; those are compiled in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch.nn.modules import module as _module
+from torch.utils.hooks import RemovableHandle
 
 from conveyor.errors import CaptureError
 from conveyor.fallback import EagerFallback
@@ -92,6 +94,27 @@ def refuse_forward_hooks(module: torch.nn.Module | None) -> None:
             f"{where} has the forward hook {name}, whose Python side effects a captured graph would run only "
             "once (Note [Forward hooks])"
         )
+
+
+def hooks_key(modules: Sequence[torch.nn.Module]) -> Hashable:
+    """The forward hooks in force, for the compile-cache key: a hook
+    registered after a compile is seen at the next call. Recomputed only
+    when a hook was registered anywhere since (``RemovableHandle.next_id``)
+    or the modules changed; a removal seen late only keeps an eager
+    fallback a little longer."""
+    stamp = RemovableHandle.next_id
+    if _last[0] is modules and _last[1] == stamp:
+        return _last[2]
+    key = (
+        tuple(_module._global_forward_pre_hooks),
+        tuple(_module._global_forward_hooks),
+        tuple((tuple(m._forward_pre_hooks), tuple(m._forward_hooks)) for m in modules),
+    )
+    _last[:] = [modules, stamp, key]
+    return key
+
+
+_last: list[Any] = [None, None, None]  # modules, RemovableHandle.next_id, key
 
 
 def _pure(hook: Any) -> bool:
