@@ -901,21 +901,7 @@ def test_case(case_id: str) -> None:
 # (the original's test_grad_context / test_inference_mode, for every case):
 # with inputs requiring grad where the case has them.
 _MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
-_MODE_XFAIL: dict[str, str] = {
-    "inference_mode-output_all_alias_types": (
-        "functionalize: compiled under inference_mode, views record no _base, so the output analysis takes "
-        "tmp.squeeze() for a fresh output and rebuilds tmp.transpose(1, 0) from it with as_strided on the fake "
-        "strides, which differ from eager's in a size-1 dim: (4, 4, 1) vs (8, 4, 1)"
-    ),
-    "inference_mode-regression_input_resize_grows": (
-        "functionalize: under inference_mode torch's functionalization refuses the input's resize_ to a larger "
-        "size ('Attempted to resize a view tensor to a larger size') in the functional run"
-    ),
-    "inference_mode-input_mutation_false_aliasing_overlap3": (
-        "synthetic_base: inputs made under inference_mode have no _base; the two overlapping views (as_strided "
-        "at offset 5, slice at 195) cannot be rebuilt by view ops from the range they share (documented PlanError)"
-    ),
-}
+_MODE_XFAIL: dict[str, str] = {}
 
 
 def _mode_params() -> list[Any]:

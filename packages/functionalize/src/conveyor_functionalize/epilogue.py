@@ -27,6 +27,7 @@ from conveyor.stage import CompiledFn
 from conveyor_functionalize.functional_run import FunctionalRun
 from conveyor_functionalize.layout import FunctionalLayout, InnerOutIdx
 from conveyor_functionalize.meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
+from conveyor_functionalize.self_overlap import overlaps_itself
 from conveyor_functionalize.views import Geometry, ViewRecipe, concrete, replayed_geometry
 
 
@@ -227,15 +228,17 @@ def _grow_storage(x: torch.Tensor, sizes: tuple[int, ...], strides: tuple[int, .
 
 
 def _clone(x: torch.Tensor) -> torch.Tensor:
-    """A copy of ``x`` with its strides where ``clone`` keeps them, and its
-    broadcast (stride-0) dims broadcast again: the inner callable was traced
-    with ``x``'s strides, and ops lay out their results by them (``clone``
-    makes an expanded tensor contiguous)."""
+    """A copy of ``x`` with ``x``'s strides: the inner callable was traced
+    with them, and ops lay out their results by them (``clone`` makes a
+    non-dense or expanded tensor contiguous). Broadcast (stride-0) dims are
+    broadcast again; elements that share memory otherwise keep ``clone``'s
+    layout."""
     zero = [d for d in range(x.dim()) if x.stride(d) == 0 and x.size(d) > 1]
-    if not zero:
-        return x.clone()
-    one = x[tuple(slice(0, 1) if d in zero else slice(None) for d in range(x.dim()))]
-    return one.clone().expand(x.shape)
+    one = x[tuple(slice(0, 1) if d in zero else slice(None) for d in range(x.dim()))] if zero else x
+    copy = one.clone()
+    if copy.stride() != one.stride() and not overlaps_itself(one):
+        copy = torch.empty_strided(one.size(), one.stride(), dtype=one.dtype, device=one.device).copy_(one)
+    return copy.expand(x.shape) if zero else copy
 
 
 def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:

@@ -22,9 +22,23 @@ LAYOUT_FACT = "functionalize.layout"
 
 class Functionalize:
     """Trace the request functionalized; wrap the inner callable in the
-    epilogue that replays mutations and output aliases on the caller's tensors."""
+    epilogue that replays mutations and output aliases on the caller's tensors.
+
+    Note [Views under inference_mode]: a program compiled under
+    ``torch.inference_mode()`` would be analysed on inference tensors, whose
+    views record no ``_base`` (so outputs that view one intermediate look
+    like unrelated fresh tensors) and which functionalization refuses to
+    resize. The stage analyses and traces with inference mode off (unless an
+    input requires grad: a functional wrapper of an inference tensor cannot);
+    the graph is the same, and at run time it runs under the caller's mode."""
 
     def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
+        # Note [Views under inference_mode]
+        requires_grad = any(isinstance(t, torch.Tensor) and t.requires_grad for t in request.inputs)
+        with torch.inference_mode(torch.is_inference_mode_enabled() and requires_grad):
+            return self._lower(request)
+
+    def _lower(self, request: Request) -> Lowering:
         with torch.set_grad_enabled(request.grad_enabled):
             meta, run = analyze_run(request.graph, request.inputs, request.fake_mode)
             overlapping = written_self_overlapping(request.inputs, [info.mutates_data for info in meta.inputs])

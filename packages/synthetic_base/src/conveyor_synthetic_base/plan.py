@@ -166,10 +166,10 @@ def _choose(
     if not from_root:
         span = Layout.dense(layouts[0].itemsize, start, stop)
         if not _rebuilt_by_views(span, layouts, exact):
-            raise PlanError(
-                f"inputs {names} overlap and one is mutated, but they are not views of one tensor and "
-                "view ops cannot rebuild each from the range they share"
-            )
+            # as_strided off the storage's dense range from offset 0 (its scatter reads offsets
+            # from there); no member requires grad (checked above)
+            whole = Layout.dense(layouts[0].itemsize, 0, stop)
+            return anchor, False, whole, whole
         return anchor, False, span, span
     if not tight:
         if not _rebuilt_by_views(root, layouts, exact):
