@@ -26,6 +26,7 @@ wrong values. Such a backward raises :data:`HIGHER_ORDER`.
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,6 +45,11 @@ HIGHER_ORDER = (
     "inlined conveyor's compiled backward graphs are not supported (they are compiled without autograd); "
     "run this backward outside conveyor_compiled_autograd.enable(), or compute higher-order gradients eagerly"
 )
+
+
+#: references to a gradient the run time itself holds when it decides to steal it: its env entry,
+#: the local variable, getrefcount's argument
+_OWN_REFS = 3
 
 
 def _final_callbacks_stub() -> Any:
@@ -143,7 +149,8 @@ class CompiledBackward:
                     stub_ran = True
                 elif item in self._stealable and item.args[2] in fresh:  # Note [Stealing a fresh gradient]
                     variable, variable_grad, new_grad = torch.fx.node.map_arg(item.args[:3], env.__getitem__)  # type: ignore[misc]
-                    if not try_steal(variable, variable_grad, new_grad):
+                    # held by env, this frame and getrefcount only (as eager checks use_count): nothing else keeps it
+                    if sys.getrefcount(new_grad) > _OWN_REFS or not try_steal(variable, variable_grad, new_grad):
                         env[item] = run_node(item, env, self.gm)
                     del variable, variable_grad, new_grad
                 else:
