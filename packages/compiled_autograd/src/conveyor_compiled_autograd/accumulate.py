@@ -11,7 +11,9 @@ shares storage with none of the segment's inputs nor with its other outputs
 (so no user tensor, saved tensor or other gradient aliases it; a view of
 its own fresh buffer is fine), the parameter has no ``.grad`` yet, and it has the
 parameter's dtype, device, sizes and the strides the layout contract asks
-for. Everything else goes through torch's ``AccumulateGrad``, unchanged.
+for, and nothing but the run time holds a reference to it (eager's
+``use_count`` check: a constant or a cached buffer is never stolen).
+Everything else goes through torch's ``AccumulateGrad``, unchanged.
 """
 
 from __future__ import annotations
