@@ -13,6 +13,7 @@ from conveyor_triton import interpreter
 from conveyor_triton.classify import writes
 from conveyor_triton.decompose import decompose
 from conveyor_triton.lower import lower
+from conveyor_triton.specialize import PerSizes, is_symbolic
 
 STAGE = "triton"
 
@@ -43,6 +44,8 @@ class TritonBackend:
         tensors = [t for t in request.inputs if isinstance(t, torch.Tensor)]
         needs_history = request.grad_enabled and any(t.requires_grad for t in tensors)
         interpreter.prepare({t.device for t in tensors}, STAGE)
+        if is_symbolic(request):  # Note [Symbolic sizes in the triton backend]
+            return PerSizes(request, lambda static: self.compile(static, options))
         notes: list[str] = []
         conflicts = None
         mutating = any(writes(n) for n in request.graph.graph.nodes if n.op == "call_function")
