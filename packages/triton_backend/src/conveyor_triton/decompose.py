@@ -3,7 +3,9 @@
 PyTorch's core aten decompositions, plus the ones that turn normalization and
 softmax ops (and their backwards) into pointwise ops and ``sum`` / ``amax``,
 plus our own ``mean`` / ``var`` / ``var_mean`` / ``std`` in terms of ``sum``
-(PyTorch's go through ``prims.var``, which has no single-kernel lowering here).
+(PyTorch's go through ``prims.var``, which has no single-kernel lowering here),
+less the decompositions that compute something else than eager's kernel
+(:data:`DIFFERS_FROM_EAGER`; GELU is fixed up at +inf instead, :func:`_gelu`).
 """
 
 from __future__ import annotations
@@ -88,6 +90,19 @@ def _std(x: torch.Tensor, dim: Any = None, *, correction: Any = None, keepdim: b
     return NotImplemented if var is NotImplemented else aten.sqrt(var)
 
 
+_TORCH_GELU = get_decompositions([aten.gelu])[aten.gelu.default]
+
+
+def _gelu(x: torch.Tensor, approximate: str = "none") -> Any:
+    """torch's GELU decomposition, and eager's value at +inf: eager's CPU
+    kernel for the erf form gives NaN there (its vectorized erf), the formula
+    inf. On CUDA eager gives inf, as the formula does."""
+    y = _TORCH_GELU(x, approximate=approximate)
+    if approximate != "none" or x.device.type != "cpu" or not x.is_floating_point():
+        return y
+    return torch.where(x == float("inf"), float("nan"), y)
+
+
 # kept whole: matmul-bound (they run as aten anyway), and the CPU flash
 # attention decomposition returns a logsumexp of another shape than the kernel's
 _KEEP = [
@@ -99,6 +114,8 @@ _KEEP = [
 # kept whole: torch's decomposition computes something else than eager's kernel
 # (found by the OpInfo pipeline sweep, tests/opinfo_pipeline_sweep.py)
 DIFFERS_FROM_EAGER: dict[Any, str] = {
+    aten.hardshrink.default: "differs from eager's kernel at non-finite inputs",
+    aten.multi_margin_loss.default: "a NaN or infinite input gives a NaN loss where eager's kernel gives 0",
     aten.multilabel_margin_loss_forward.default: "wrong for a batch of more than one sample (the gathered "
     "targets, permuted to (C, N, 1), broadcast against the (N, C) input and mix samples)",
 }
@@ -114,6 +131,7 @@ def table() -> dict[Any, Callable[..., Any]]:
         decomps.pop(op, None)
     decomps.update(
         {
+            aten.gelu.default: _gelu,
             aten.mean.dim: _mean,
             aten.mean.default: _mean_default,
             aten.var.correction: _var,
