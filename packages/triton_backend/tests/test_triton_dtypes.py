@@ -71,7 +71,9 @@ PROGRAMS: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {
     "bitwise": lambda a, b: torch.stack([a & b, a | b, a ^ b, ~a]),
     "logical": lambda a, b: torch.stack([torch.logical_and(a, b), torch.logical_xor(a, b), torch.logical_not(a)]),
     "shifts": lambda a, b: torch.stack([a << 3, a >> 2]) if a.dtype is not torch.bool else a,
-    "casts": lambda a, b: [a.to(d) for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)],
+    "casts": lambda a, b: [
+        a.to(d) for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+    ],
     "to_float": lambda a, b: [a.float(), a.half(), a.bfloat16(), a.double()],
     "relu_sign": lambda a, b: torch.stack([torch.relu(a), torch.sign(a)]) if a.dtype is not torch.bool else a,
 }
