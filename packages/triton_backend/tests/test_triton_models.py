@@ -87,3 +87,18 @@ def test_mutating_program_without_functionalize(installed_plugins):
     result = check(f, torch.randn(4, 8), torch.randn(4, 8), compile=compile)
     reports = conveyor_triton.reports(result.compiled)
     assert any(r.kernels for r in reports)
+
+
+def test_meta_dtype_that_differs_from_eager_runs_the_kernel_as_aten(full_pipeline):
+    # Note [Meta dtypes that differ from eager]: batch norm's running stats on
+    # bfloat16 CPU tensors are bfloat16 from the kernel, float32 from its meta;
+    # the cast kernel generated for float32 would misread them (an interpreter
+    # error on CPU), so it runs as aten calls, with a warning
+    import torch.nn.functional as F
+
+    def bn(x, mean, var, w, b):
+        return F.batch_norm(x, mean, var, w, b, training=True, momentum=0.5, eps=0.6)
+
+    args = [torch.randn(5, 5, 5), torch.randn(5), torch.rand(5) + 0.5, torch.randn(5), torch.randn(5)]
+    with pytest.warns(UserWarning, match="runs as aten calls"):
+        check(bn, *[a.to(torch.bfloat16) for a in args], compile=full_pipeline, atol=3e-2, rtol=2e-2)

@@ -129,7 +129,15 @@ def lower(
         sources = {wide: generate(group, stored, name, wide) for wide in (False, True)}
         strides = tuple(_strides(a.node, output_meta) for a in sources[False].stores)
         steps.append(
-            KernelStep(sources, strides, tuple(post), cache_dir, bool(options.get("poison")), bool(options.get("log")))
+            KernelStep(
+                sources,
+                strides,
+                tuple(post),
+                cache_dir,
+                bool(options.get("poison")),
+                bool(options.get("log")),
+                members=tuple(group.members),
+            )
         )
         kind = "reduction" if group.reduce is not None else "pointwise"
         kernels.append(KernelEntry(name, tuple(n.name for n in group.members), kind, sources[False].source))

@@ -12,6 +12,7 @@ each other exactly as in eager.
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,8 +59,10 @@ class KernelStep:
     cache_dir: Path | None
     poison: bool
     log: bool
+    members: tuple[torch.fx.Node, ...] = ()
     files: dict[bool, Path] = field(default_factory=dict)
     _fns: dict[bool, Any] = field(default_factory=dict)
+    _warned: bool = False
 
     @property
     def kernel(self) -> KernelSource:
@@ -79,6 +82,10 @@ class KernelStep:
 
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
         k = self.kernel
+        wrong = [(a.node, env[a.node].dtype, a.dtype) for a in k.loads if env[a.node].dtype != a.dtype]
+        if wrong:
+            self.run_as_aten(env, wrong)
+            return
         args: list[Any] = []
         tensors: list[torch.Tensor] = []
         for load in k.loads:
@@ -109,6 +116,27 @@ class KernelStep:
             self.fn(index64)[grid](*args, **blocks)
             if metrics.active():
                 metrics.record("kernel", tensors, outs)
+        for view in self.post_views:
+            env[view] = run_node(view, env, None)
+
+
+    def run_as_aten(self, env: dict[torch.fx.Node, Any], wrong: list[tuple[torch.fx.Node, torch.dtype, torch.dtype]]) -> None:
+        """Note [Meta dtypes that differ from eager]: an aten fallback returned
+        another dtype than its meta kernel said at compile time (torch 2.13's
+        ``_native_batch_norm_legit_functional`` on bfloat16 CPU tensors gives
+        bfloat16 running stats, its meta float32). The kernel, generated for the
+        meta dtype, would read the bits wrongly, so the group's nodes run as
+        aten calls instead, with a warning (once per kernel)."""
+        if not self._warned:
+            node, got, expected = wrong[0]
+            warnings.warn(
+                f"conveyor_triton: kernel {self.kernel.name} runs as aten calls: {node.name} is {got} at run time, "
+                f"its meta kernel said {expected}",
+                stacklevel=2,
+            )
+            self._warned = True
+        for node in self.members:
+            env[node] = run_node(node, env, None)
         for view in self.post_views:
             env[view] = run_node(view, env, None)
 
