@@ -98,3 +98,26 @@ def test_unknown_stage_option_is_an_error_listing_valid():
         Pipeline(Config(stages={"w": {"levle": 2}}), plugins)
     pipe = Pipeline(Config(stages={"w": {"level": 2}}), plugins)
     assert pipe.options["w"] == {"level": 2}
+
+
+def _pipeline_with(*specs, config=None):
+    plugins = Plugins()
+    plugins.register(stage_plugin(*specs), name="p")
+    return Pipeline(config or Config(), plugins)
+
+
+def test_a_backend_declares_the_devices_it_is_the_default_for():
+    pipeline = _pipeline_with(backend("gpu_kernels", default_for=("cuda",)))
+    assert pipeline.backend.name == "eager"
+    assert pipeline.for_devices(frozenset({"cpu"})) is pipeline
+    cuda = pipeline.for_devices(frozenset({"cuda"}))
+    assert cuda.backend.name == "gpu_kernels"
+    assert pipeline.for_devices(frozenset({"cuda"})) is cuda  # built once
+    # a configured backend wins over the declarations
+    configured = _pipeline_with(backend("gpu_kernels", default_for=("cuda",)), config=Config(backend="eager"))
+    assert configured.for_devices(frozenset({"cuda"})) is configured
+
+
+def test_only_a_backend_can_be_a_device_default():
+    with pytest.raises(ValueError, match="only a backend"):
+        wrapper("w", default_for=("cuda",))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from conveyor.config import resolve
 from conveyor.errors import ConveyorError
 from conveyor.pipeline import Pipeline
+from conveyor.stage import StageSpec
 
 
 def stages(args: argparse.Namespace) -> int:
@@ -36,8 +37,27 @@ def stages(args: argparse.Namespace) -> int:
     print("order  stage / kind / status / distribution")
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=False)) + (f"  {r[5]}" if r[5] else ""))
+    print("\ndeclared (the core orders and checks stages by these):")
+    for name, reg in sorted(pipeline.available.items()):
+        print(f"  {name}: {_declared(reg.spec)}")
     print("\npipeline: " + " -> ".join(s.name for s in pipeline.stages))
     return 0
+
+
+def _declared(spec: StageSpec) -> str:
+    parts = [
+        f"{label} {', '.join(names)}"
+        for label, names in (
+            ("after", spec.after),
+            ("before", spec.before),
+            ("requires", spec.requires),
+            ("default backend for", spec.default_for),
+        )
+        if names
+    ]
+    if spec.options:
+        parts.append("options " + ", ".join(f"{k}={v!r}" for k, v in spec.options.items()))
+    return "; ".join(parts) or "nothing"
 
 
 def demo(args: argparse.Namespace) -> int:

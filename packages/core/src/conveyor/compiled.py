@@ -57,7 +57,6 @@ class Compiled:
         refuse_distributed_wrapper(fn)  # Note [Distributed wrappers]
         self._state = ModuleState(self.module) if self.module is not None else None
         self._cache: dict[Hashable, Entry] = {}
-        self._pipelines: dict[str, Pipeline] = {self.pipeline.backend.name: self.pipeline}
         self.last: Entry | None = None
         #: captures so far (each a trace and a pipeline compile)
         self.compiles = 0
@@ -235,14 +234,9 @@ class Compiled:
         return Entry(compiled, layout, graphs, pipeline.backend.name, closure, guards=guards)
 
     def _pipeline_for(self, flat: Sequence[Any]) -> Pipeline:
-        """The configured pipeline; with no backend configured, ``triton`` for
-        CUDA inputs when it is installed."""
-        if self.config.backend is None and "triton" in self.pipeline.available:
-            if any(isinstance(t, torch.Tensor) and t.is_cuda for t in flat):
-                if "triton" not in self._pipelines:
-                    self._pipelines["triton"] = self.pipeline.with_backend("triton")
-                return self._pipelines["triton"]
-        return self.pipeline
+        """The configured pipeline; with no backend configured, the backend
+        that declares itself the default for the inputs' devices, if any."""
+        return self.pipeline.for_devices(frozenset(t.device.type for t in flat if isinstance(t, torch.Tensor)))
 
 
 #: full keys remembered for symbolic entries (each a per-call guard check saved)

@@ -32,8 +32,9 @@ from conveyor.errors import ConfigError
 class Config:
     """Resolved configuration.
 
-    :ivar backend: the backend stage to use; ``None`` picks ``triton`` for CUDA
-        inputs when installed and ``eager`` otherwise.
+    :ivar backend: the backend stage to use; ``None`` picks the installed
+        backend that declares itself the default for the inputs' device type
+        (``StageSpec.default_for``: triton for CUDA) and ``eager`` otherwise.
     :ivar enable: wrapper stages to switch on (those off by default).
     :ivar disable: stages to switch off.
     :ivar stages: per-stage option tables, by stage name.

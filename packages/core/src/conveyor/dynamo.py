@@ -191,4 +191,5 @@ def conveyor_backend(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None
 ) -> DynamoCompiled:
     """The dynamo backend function (``torch._dynamo.list_backends()`` lists it)."""
-    return DynamoCompiled(gm, example_inputs, Pipeline(resolve(options or {})))
+    devices = frozenset(x.device.type for x in example_inputs if isinstance(x, torch.Tensor))
+    return DynamoCompiled(gm, example_inputs, Pipeline(resolve(options or {})).for_devices(devices))

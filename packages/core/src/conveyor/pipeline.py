@@ -60,6 +60,7 @@ class Pipeline:
         specs = {name: r.spec for name, r in self.available.items()}
         self.stages: tuple[StageSpec, ...] = tuple(ordering.select(specs, config, default_backend))
         self.options: dict[str, dict[str, Any]] = {s.name: _options(s, config) for s in self.stages}
+        self._for_devices: dict[frozenset[str], Pipeline] = {}
 
     @property
     def backend(self) -> StageSpec:
@@ -68,6 +69,24 @@ class Pipeline:
     def with_backend(self, backend: str) -> Pipeline:
         """The same configuration with another default backend."""
         return Pipeline(self.config, self.plugins, default_backend=backend)
+
+    def for_devices(self, devices: frozenset[str]) -> Pipeline:
+        """The pipeline for inputs on ``devices`` (device types): this one,
+        unless the configuration names no backend and an installed backend
+        declares itself the default for one of them (``StageSpec.default_for``;
+        the first by name when several do)."""
+        if self.config.backend is not None:
+            return self
+        found = self._for_devices.get(devices)
+        if found is None:
+            backends = sorted(
+                name
+                for name, r in self.available.items()
+                if r.spec.kind == "backend" and devices & set(r.spec.default_for)
+            )
+            found = self if not backends or backends[0] == self.backend.name else self.with_backend(backends[0])
+            self._for_devices[devices] = found
+        return found
 
     def compile(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
         """Run every stage's compile-time half; return the run-time callable

@@ -120,6 +120,9 @@ class StageSpec:
     :ivar enabled_by_default: a wrapper stage that is installed but off until
         enabled in config.
     :ivar description: one line for ``conveyor stages``.
+    :ivar default_for: a backend only: the device types (``"cuda"``) it is
+        the default backend for when the configuration names none; the core
+        asks these declarations and names no backend itself.
     """
 
     name: str
@@ -132,6 +135,7 @@ class StageSpec:
     cache_key: Callable[[Sequence[Any]], Hashable] | None = None
     enabled_by_default: bool = True
     description: str = ""
+    default_for: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -142,7 +146,9 @@ class StageSpec:
             raise TypeError(f"backend stage {self.name!r}: impl has no compile(request, options)")
         if self.kind not in ("wrapper", "backend"):
             raise ValueError(f"stage {self.name!r}: kind must be 'wrapper' or 'backend', not {self.kind!r}")
-        for attr in ("after", "before", "requires"):
+        if self.default_for and self.kind != "backend":
+            raise ValueError(f"stage {self.name!r}: only a backend can be the default for a device type")
+        for attr in ("after", "before", "requires", "default_for"):
             value = getattr(self, attr)
             if isinstance(value, str):
                 raise TypeError(f"stage {self.name!r}: {attr} must be a tuple of names, not a string")

@@ -19,6 +19,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             impl=TritonBackend(),
             after=("dedupe", "synthetic_base", "functionalize", "autograd"),
             options=OPTIONS,
+            default_for=("cuda",),
             description="fused Triton kernels (interpreter on CPU), aten fallbacks listed in a report",
         )
     )
