@@ -42,6 +42,8 @@ def is_symbolic(request: Request) -> bool:
 
 
 def _has_symbols(t: torch.Tensor) -> bool:
+    if t.layout is not torch.strided:  # sparse tensors have no strides (their nodes run as aten)
+        return any(isinstance(s, torch.SymInt) for s in t.shape)
     return any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride(), t.storage_offset()))
 
 
