@@ -335,3 +335,45 @@ def _swaps_data(x, y):
 def test_programs_changing_autograd_state_run_eagerly_with_a_warning(fn, make_args):
     with pytest.warns(UserWarning, match=r"conveyor: running .* eagerly: it uses Tensor\."):
         check(fn, *make_args())
+
+
+def test_a_capture_leaves_seeding_and_autograd_functions_of_other_threads_alone():
+    # Note [Watching a capture, thread by thread]: while one thread captures,
+    # another thread's torch.manual_seed and autograd.Function run as torch's own
+    import threading
+
+    class Double(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    started, done = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def other_thread() -> None:
+        started.wait(30)
+        try:
+            torch.manual_seed(7)
+            x = torch.ones(2, requires_grad=True)
+            Double.apply(x).sum().backward()
+            seen.append(x.grad.tolist())
+        except BaseException as exc:  # recorded, asserted below
+            seen.append(exc)
+        done.set()
+
+    def program(x):
+        started.set()
+        done.wait(30)
+        return x + 1
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    compiled = conveyor.compile(program)
+    torch.testing.assert_close(compiled(torch.zeros(2)), torch.ones(2))
+    worker.join(30)
+    assert seen == [[2.0, 2.0]]
+    assert torch.initial_seed() == 7

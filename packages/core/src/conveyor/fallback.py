@@ -24,6 +24,8 @@ program runs eagerly, with a warning.
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -46,56 +48,80 @@ def warn_eager(what: str, reason: str) -> None:
 
 @contextlib.contextmanager
 def watching_capture() -> Iterator[None]:
-    """While tracing, a custom ``autograd.Function`` applied to tensors that
-    require grad (grad mode on), or a reseeding of the global generator,
-    raises :class:`EagerFallback`."""
-    with _watching_autograd_functions(), _watching_seeds():
-        yield
-
-
-@contextlib.contextmanager
-def _watching_seeds() -> Iterator[None]:
-    originals = {name: getattr(torch, name) for name in _SEEDING}
-
-    def refusing(name: str) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            raise EagerFallback(f"it calls torch.{name}, which a captured graph cannot replay (Note [Seeding inside the program])")
-
-        return call
-
-    for name in _SEEDING:
-        setattr(torch, name, refusing(name))
-        setattr(torch.random, name, getattr(torch, name))
+    """While tracing in this thread, a custom ``autograd.Function`` applied to
+    tensors that require grad (grad mode on), or a reseeding of the global
+    generator, raises :class:`EagerFallback`. Other threads are not affected
+    (Note [Watching a capture, thread by thread])."""
+    with _install_lock:
+        if _installed[0] == 0:
+            _install()
+        _installed[0] += 1
+    _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
         yield
     finally:
-        for name, fn in originals.items():
-            setattr(torch, name, fn)
-            setattr(torch.random, name, fn)
+        _capturing.depth -= 1
+        with _install_lock:
+            _installed[0] -= 1
+            if _installed[0] == 0:
+                _uninstall()
 
 
+# Note [Watching a capture, thread by thread]: ``Function.apply`` and the
+# seeding functions are plain Python, below no dispatch or function mode, so a
+# capture can only see them by wrapping them. The wrappers are installed once
+# while any thread captures (counted) and consult a thread-local flag: in a
+# thread that is not capturing they are torch's own functions, called through.
+_capturing = threading.local()
+_installed = [0]  # captures in flight, all threads
+_install_lock = threading.Lock()
 _SEEDING = ("manual_seed", "seed", "set_rng_state")
+_ORIGINAL_APPLY = Function.__dict__["apply"]
+_ORIGINAL_SEEDING = {name: getattr(torch, name) for name in _SEEDING}
 
 
-@contextlib.contextmanager
-def _watching_autograd_functions() -> Iterator[None]:
-    original = Function.__dict__["apply"]
+def _in_capture() -> bool:
+    return bool(getattr(_capturing, "depth", 0))
 
-    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if torch.is_grad_enabled() and any(
-            t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
-        ):
-            raise EagerFallback(
-                f"torch.autograd.Function {cls.__qualname__} needs its own backward, which a captured "
-                "graph cannot keep (Note [Custom autograd functions])"
-            )
-        return original.__func__(cls, *args, **kwargs)
 
-    Function.apply = classmethod(apply)  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        Function.apply = original  # type: ignore[method-assign]
+def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+    if _in_capture() and torch.is_grad_enabled() and any(
+        t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+    ):
+        raise EagerFallback(
+            f"torch.autograd.Function {cls.__qualname__} needs its own backward, which a captured "
+            "graph cannot keep (Note [Custom autograd functions])"
+        )
+    return _ORIGINAL_APPLY.__func__(cls, *args, **kwargs)
+
+
+def _checked_seeding(name: str) -> Any:
+    original = _ORIGINAL_SEEDING[name]
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if _in_capture():
+            raise EagerFallback(f"it calls torch.{name}, which a captured graph cannot replay (Note [Seeding inside the program])")
+        return original(*args, **kwargs)
+
+    return call
+
+
+_CHECKED_SEEDING = {name: _checked_seeding(name) for name in _SEEDING}
+
+
+def _install() -> None:
+    Function.apply = classmethod(_checked_apply)  # type: ignore[method-assign,assignment]
+    for name, fn in _CHECKED_SEEDING.items():
+        setattr(torch, name, fn)
+        setattr(torch.random, name, fn)
+
+
+def _uninstall() -> None:
+    Function.apply = _ORIGINAL_APPLY  # type: ignore[method-assign]
+    for name, fn in _ORIGINAL_SEEDING.items():
+        setattr(torch, name, fn)
+        setattr(torch.random, name, fn)
 
 
 class _AutogradStateWatcher(TorchFunctionMode):
