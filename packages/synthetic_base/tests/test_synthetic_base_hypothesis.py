@@ -151,7 +151,7 @@ def _full_program(ops: list[tuple[int, str]], return_first: bool) -> Callable[..
     return program
 
 
-@settings(max_examples=LONG or 200, deadline=None, suppress_health_check=_HEALTH, derandomize=not LONG)
+@settings(max_examples=LONG or 300, deadline=None, suppress_health_check=_HEALTH, derandomize=not LONG)
 @given(full_programs())
 def test_random_aliasing_full_pipeline(full: Any, check_aliased: Any, example: Any) -> None:
     """Every program runs with eager's results and gradients (writes through
