@@ -213,6 +213,7 @@ def backend_compile_ratios() -> list[tuple[str, float, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face backend compile ratios")
     opts = parser.parse_args()
     rounds, calls = (2, 10) if opts.quick else (7, 100)
     print(f"torch {torch.__version__}, conveyor {conveyor.__version__}, threads {torch.get_num_threads()}")
@@ -228,7 +229,7 @@ def main() -> None:
             f"{o['torch.compile(conveyor)']:9.0f} ({o['torch.compile(conveyor)'] / aot:4.2f}x)"
             f"   {f['aot_eager']:.0f} / {f['conveyor.compile']:.0f} / {f['torch.compile(conveyor)']:.0f}"
         )
-    ratios = backend_compile_ratios()
+    ratios = [] if opts.no_hf else backend_compile_ratios()
     if ratios:
         print("\nbackend compile time behind dynamo (dynamo excluded), ms")
         print(f"{'model':16} {'aot_eager':>10} {'conveyor':>10} {'ratio':>6}")

@@ -36,25 +36,83 @@ def tensor_key(t: torch.Tensor, shapes: bool = True) -> Hashable:
 
 def storage_groups(flat: Sequence[Any]) -> tuple[int, ...]:
     """For each flat input, the position of the first tensor input sharing its
-    storage (itself if none; -1 for non-tensors)."""
+    storage (itself if none; -1 for non-tensors). Inside ``keying(flat)``
+    (one call's key), computed once for that list (stage keys ask too)."""
+    if _keying[0] is flat:
+        groups = _keying[1]
+        if groups is None:
+            groups = _keying[1] = _storage_groups(flat)
+        return groups
+    return _storage_groups(flat)
+
+
+class keying:
+    """``with keying(flat):`` around the computation of one call's whole key
+    (core and stage parts): ``storage_groups(flat)`` is computed once for
+    that list object, not once per part that asks. The list must not change
+    inside the block; nothing is remembered after it (no input is kept
+    alive). Nested or concurrent blocks on other lists compute afresh."""
+
+    __slots__ = ("flat", "saved")
+
+    def __init__(self, flat: Sequence[Any]) -> None:
+        self.flat = flat
+
+    def __enter__(self) -> None:
+        self.saved = (_keying[0], _keying[1])
+        _keying[0], _keying[1] = self.flat, None
+
+    def __exit__(self, *exc: object) -> None:
+        _keying[0], _keying[1] = self.saved
+
+
+#: the flat list of the key being computed, and its storage groups once known
+_keying: list[Any] = [None, None]
+
+
+def _storage_groups(flat: Sequence[Any]) -> tuple[int, ...]:
     first: dict[int, int] = {}
-    groups: list[int] = []
-    for i, t in enumerate(flat):
-        if isinstance(t, torch.Tensor) and t.layout is torch.strided:
-            groups.append(first.setdefault(t.untyped_storage()._cdata, i))
-        else:
-            groups.append(-1)
-    return tuple(groups)
+    return tuple(
+        [
+            first.setdefault(t.untyped_storage()._cdata, i)
+            if isinstance(t, torch.Tensor) and t.layout is _STRIDED
+            else -1
+            for i, t in enumerate(flat)
+        ]
+    )
 
 
 def call_key(flat: Sequence[Any], shapes: bool = True) -> Hashable:
-    """The core part of the key for one call's flat graph inputs."""
-    return (
-        torch.is_grad_enabled(),
-        _autocast_key(),
-        tuple(tensor_key(t, shapes) if isinstance(t, torch.Tensor) else _scalar_kind(t) for t in flat),
-        storage_groups(flat),
-    )
+    """The core part of the key for one call's flat graph inputs.
+
+    Note [A cheap call key]: this runs on every call, once per lifted
+    parameter, so it is one comprehension over the inputs with the fewest
+    attribute reads that still determine ``tensor_key``: a plain strided
+    tensor (the common case) is keyed by its Python type, dtype, device,
+    sizes, strides, storage offset, ``requires_grad`` and leafness, read
+    fresh each call, so a swapped parameter, a ``requires_grad`` flip, an
+    in-place resize or a ``.data =`` assignment changes the key. Fakes,
+    sparse layouts and non-tensors take ``tensor_key``'s general path.
+    """
+    if shapes:
+        per_input = tuple(
+            [
+                (type(t), t.dtype, t.device, t.shape, t.stride(), t.storage_offset(), t.requires_grad, t.is_leaf)
+                if type(t) in _PLAIN and t.layout is _STRIDED
+                else tensor_key(t, shapes)
+                if isinstance(t, torch.Tensor)
+                else _scalar_kind(t)
+                for t in flat
+            ]
+        )
+    else:
+        per_input = tuple(tensor_key(t, shapes) if isinstance(t, torch.Tensor) else _scalar_kind(t) for t in flat)
+    return (torch.is_grad_enabled(), _autocast_key(), per_input, storage_groups(flat))
+
+
+#: tensor types keyed by the fast path of ``call_key`` (a fake is keyed as the real type it stands for)
+_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter, torch.nn.Buffer})
+_STRIDED = torch.strided
 
 
 def _autocast_key() -> tuple[Any, ...]:

@@ -29,7 +29,7 @@ from conveyor.errors import CaptureError
 from conveyor.fallback import watching_user_code
 from conveyor.grad_regions import GradModeTagger, detach_no_grad_results
 from conveyor.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
-from conveyor.reachable import StateWatch
+from conveyor.reachable import StateWatch, refuse_changed_containers
 
 _FLOW_HINT = (
     "conveyor.compile traces with make_fx, which cannot follow Python control flow that "
@@ -98,9 +98,16 @@ class CallLayout:
 class ModuleState:
     """A module's parameters and buffers, gathered cheaply on every call.
 
-    The list of submodules is kept between calls and re-read only when a
-    module's children change; the tensors are read fresh each call, in the
-    order of ``lifted_state`` (parameters of every submodule, then buffers).
+    Note [Module state per call]: the submodule list is kept between calls
+    and re-read only when the module tree's signature changes: each
+    module's children (by identity) and the names, in order, of its
+    parameters and buffers. The tensors themselves are read fresh each call
+    (a swapped parameter is seen at once; its metadata is keyed by
+    ``conveyor.cache.call_key``), in the order of ``lifted_state``.
+    ``structure`` (the submodules and the lifted names) is part of the
+    compile-cache key, so a replaced submodule or a re-registered parameter
+    that moves in the order compiles again rather than reusing a graph
+    traced for the old tree.
     """
 
     def __init__(self, module: torch.nn.Module) -> None:
@@ -109,18 +116,30 @@ class ModuleState:
 
     def _refresh(self) -> None:
         self.modules = tuple(m for _, m in self.module.named_modules(remove_duplicate=False))
-        self._children = tuple(tuple(m._modules.values()) for m in self.modules)
+        self._signature = _tree_signature(self.modules)
+        self.structure = (self.modules, tuple(lifted_state(self.module)[0]))
 
     def tensors(self) -> list[torch.Tensor]:
-        for m, children in zip(self.modules, self._children, strict=False):
-            if len(m._modules) != len(children) or any(a is not b for a, b in zip(m._modules.values(), children, strict=False)):
-                self._refresh()
-                break
+        if _tree_signature(self.modules) != self._signature:
+            self._refresh()
         params = [p for m in self.modules for p in m._parameters.values() if p is not None]
         return params + [b for m in self.modules for b in m._buffers.values() if b is not None]
 
     def training(self) -> tuple[bool, ...]:
         return tuple(m.training for m in self.modules)
+
+
+def _tree_signature(modules: Sequence[torch.nn.Module]) -> list[tuple[Any, ...]]:
+    """Each module's children, and the names of its parameters and buffers
+    that are not ``None`` (those ``lifted_state`` lifts), in order."""
+    return [
+        (
+            tuple(m._modules.values()),
+            tuple([k for k, p in m._parameters.items() if p is not None]),
+            tuple([k for k, b in m._buffers.items() if b is not None]),
+        )
+        for m in modules
+    ]
 
 
 def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
@@ -185,6 +204,7 @@ def capture(
                     out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
                 else:
                     out = fn(*args, **kwargs)
+            refuse_changed_containers(args, kwargs, leaves, layout.in_spec)
             return _flat_outputs(out, installed, out_info)
         finally:
             if installed is not None:

@@ -115,21 +115,17 @@ class Compiled:
         return entry.layout.unflatten_outputs(outs, objects.containers if objects is not None else ())
 
     def _key(self, flat: Sequence[Any], spec_key: Hashable, constants: tuple[tuple[int, Any], ...]) -> Hashable:
-        try:
-            hash(constants)
-        except TypeError:  # slices are unhashable before Python 3.12
-            constants = tuple((i, _slice_key(v)) for i, v in constants)
-        try:
-            hash(constants)
-        except TypeError as exc:
-            bad = next(type(v).__name__ for _, v in constants if not _hashable(v))
-            raise CaptureError(
-                f"capture: a non-tensor argument of type {bad} is specialized by value and must be hashable"
-            ) from exc
-        stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
-        training = self._state.training() if self._state is not None else ()
-        hooks = hooks_key(self._state.modules) if self._state is not None else ()  # Note [Forward hooks]
-        return (spec_key, constants, training, cache.call_key(flat), stage_keys, boundary_key(flat), hooks)
+        if constants:
+            constants = _hashable_constants(constants)
+        with cache.keying(flat):  # Note [A cheap call key]
+            core = cache.call_key(flat)
+            stage_keys = tuple([s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None])
+        state = self._state
+        if state is None:
+            return (spec_key, constants, (), core, stage_keys, boundary_key(flat), (), ())
+        # Note [Forward hooks]; Note [Module state per call]
+        structure, hooks = state.structure, hooks_key(state.modules)
+        return (spec_key, constants, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
 
     # -- a cache miss -------------------------------------------------------
     def _miss(
@@ -250,6 +246,22 @@ def _no_compiled(args: list[Any]) -> Sequence[Any]:
 @functools.lru_cache(maxsize=64)
 def _positional_spec(n: int) -> pytree.TreeSpec:
     return pytree.tree_flatten((tuple(range(n)), {}))[1]
+
+
+def _hashable_constants(constants: tuple[tuple[int, Any], ...]) -> tuple[tuple[int, Any], ...]:
+    """The non-tensor arguments, specialized by value, as a hashable key."""
+    try:
+        hash(constants)
+    except TypeError:  # slices are unhashable before Python 3.12
+        constants = tuple((i, _slice_key(v)) for i, v in constants)
+    try:
+        hash(constants)
+    except TypeError as exc:
+        bad = next(type(v).__name__ for _, v in constants if not _hashable(v))
+        raise CaptureError(
+            f"capture: a non-tensor argument of type {bad} is specialized by value and must be hashable"
+        ) from exc
+    return constants
 
 
 def _slice_key(v: Any) -> Any:

@@ -75,10 +75,11 @@ class DynamoCompiled:
         return {i: flat[i].item() for i in self._items}
 
     def _key(self, flat: Sequence[Any], shapes: bool) -> Hashable:
-        stage_keys = tuple(s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None)
+        with cache.keying(flat):  # storage groups computed once for the core and the stages
+            stage_keys = tuple([s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None])
+            core = cache.call_key(flat) if shapes else _unguarded_key(flat)
         values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
-        items = tuple(self._item_values(flat).items())
-        core = cache.call_key(flat) if shapes else _unguarded_key(flat)
+        items = tuple(self._item_values(flat).items()) if self._items else ()
         return (core, stage_keys, values, items)
 
     def _compile(
@@ -120,16 +121,20 @@ class DynamoCompiled:
 
 def _unguarded_key(flat: Sequence[Any]) -> Hashable:
     """Note [What dynamo's guards decide]: the part of a call that dynamo's
-    guards do not check but a compiled graph depends on: grad mode, autocast,
-    which inputs share storage, and each tensor's ``requires_grad`` and
-    leafness. Python type (``nn.Parameter`` at run time, a plain fake at
-    lowering under DDPOptimizer), dtype, device and sizes are dynamo's to
-    guard: keying on them here would compile again, statically, what the
-    lowered graph already serves."""
+    guards do not check but a compiled graph depends on: which inputs share
+    storage and each tensor's leafness; grad mode and autocast (dynamo's
+    global-state guard holds them too, but they are two reads per call, and
+    a mismatch would be a wrong graph, not a recompile). Python type
+    (``nn.Parameter`` at run time, a plain fake at lowering under
+    DDPOptimizer), dtype, device, sizes, strides and ``requires_grad`` are
+    what dynamo's tensor guards check on every input: keying on them here
+    would be that work again per call (and would compile again, statically,
+    what the lowered graph already serves). One pass per part, no Python
+    loop beyond a comprehension."""
     return (
         torch.is_grad_enabled(),
         cache._autocast_key(),
-        tuple((x.requires_grad, x.is_leaf) if isinstance(x, torch.Tensor) else None for x in flat),
+        tuple([x.is_leaf if isinstance(x, torch.Tensor) else None for x in flat]),
         cache.storage_groups(flat),
     )
 

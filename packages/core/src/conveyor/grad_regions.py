@@ -75,6 +75,15 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
     through it must reach its base, whose autograd identity the stages keep);
     every other use reads the detached value, as eager's gradients never flow
     through such a view."""
+    if not torch.is_grad_enabled() and not any(
+        n.meta.get(GRAD_META, True) for n in gm.graph.nodes if n.op == "call_function"
+    ):
+        # Note [A program run wholly under no_grad]: every node was traced
+        # under no_grad and so is the call (the compile-cache key holds the
+        # grad mode), so no result can require grad and a detach is a node
+        # eager never runs; stages replay the graph with ``call_graph``,
+        # which keeps each node's mode.
+        return gm
     would_require: dict[torch.fx.Node, bool] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, value in zip(placeholders, inputs, strict=False):

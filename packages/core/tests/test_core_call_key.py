@@ -1,0 +1,221 @@
+"""The per-call key (Note [A cheap call key], Note [Module state per call]):
+every change to a compiled module's state that changes the program is seen at
+the next call, through ``conveyor.compile`` and behind dynamo; the final graph
+of a call under ``no_grad`` holds no ``detach``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import conveyor
+import pytest
+import torch
+from conveyor import cache
+from conveyor.capture import ModuleState, lifted_state
+
+
+class Scale(torch.nn.Module):
+    """Two same-shaped parameters used differently: a mix-up is visible."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        self.b = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0, 0.25]))
+        self.act: torch.nn.Module = torch.nn.ReLU()
+        self.register_buffer("c", torch.tensor([1.5, 1.5, -1.0, 2.0]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * self.a if self.a is not None else x
+        y = self.act(y - 1.0)
+        y = y * self.c
+        return y + self.b if self.b is not None else y
+
+
+def _same_as_eager(module: torch.nn.Module, compiled: Callable[..., Any], x: torch.Tensor) -> None:
+    """The compiled call and the eager call of ``module`` agree on values,
+    ``requires_grad`` and the parameters' gradients."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    expected = module(x)
+    e_grads = torch.autograd.grad(expected.sum(), params, allow_unused=True) if expected.requires_grad else ()
+    got = compiled(x)
+    assert got.requires_grad == expected.requires_grad
+    torch.testing.assert_close(got, expected)
+    if got.requires_grad:
+        c_grads = torch.autograd.grad(got.sum(), params, allow_unused=True)
+        for e, c in zip(e_grads, c_grads, strict=True):
+            assert (e is None) == (c is None)
+            if e is not None:
+                torch.testing.assert_close(c, e)
+
+
+def _compiled(module: torch.nn.Module, kind: str) -> Callable[..., Any]:
+    if kind == "conveyor.compile":
+        return conveyor.compile(module)
+    torch._dynamo.reset()
+    return torch.compile(module, backend="conveyor")
+
+
+KINDS = ["conveyor.compile", "torch.compile"]
+
+
+def _changes() -> list[tuple[str, Callable[[Scale], None]]]:
+    def swap(m: Scale) -> None:
+        m.a = torch.nn.Parameter(torch.tensor([-2.0, 1.0, 0.5, 3.0]))
+
+    def flip(m: Scale) -> None:
+        m.a.requires_grad_(False)
+
+    def resize(m: Scale) -> None:
+        buffer = m.c
+        assert isinstance(buffer, torch.Tensor)
+        buffer.resize_(1)  # broadcasts: a different program, the same object
+
+    def data_strides(m: Scale) -> None:
+        base = torch.tensor([[1.0, 0.0], [2.0, 0.0], [-3.0, 0.0], [4.0, 0.0]])
+        m.a.data = base[:, 0]  # same size, stride 2, storage offset 0
+
+    def data_offset(m: Scale) -> None:
+        m.a.data = torch.tensor([9.0, 1.0, 2.0, 3.0, 4.0])[1:]
+
+    def data_shared(m: Scale) -> None:
+        m.b.data = m.a.data  # now a and b share a storage
+
+    def reorder(m: Scale) -> None:
+        a = m.a
+        del m.a
+        m.a = torch.nn.Parameter(a.detach().clone() * 3)  # re-registered: now after b
+
+    def to_none(m: Scale) -> None:
+        m.a = None  # type: ignore[assignment]
+
+    def new_submodule(m: Scale) -> None:
+        m.act = torch.nn.Tanh()  # no parameters: the lifted state is unchanged
+
+    def new_buffer(m: Scale) -> None:
+        m.register_buffer("unused", torch.zeros(2))
+
+    return [
+        ("parameter swapped", swap),
+        ("requires_grad flipped", flip),
+        ("resized in place", resize),
+        (".data = strided", data_strides),
+        (".data = offset", data_offset),
+        (".data = shared storage", data_shared),
+        ("parameter re-registered", reorder),
+        ("parameter set to None", to_none),
+        ("submodule replaced", new_submodule),
+        ("buffer added", new_buffer),
+    ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("change", _changes(), ids=[name for name, _ in _changes()])
+def test_a_change_to_the_module_is_seen_at_the_next_call(
+    change: tuple[str, Callable[[Scale], None]], kind: str
+) -> None:
+    torch.manual_seed(0)
+    module = Scale()
+    compiled = _compiled(module, kind)
+    x = torch.randn(3, 4)
+    _same_as_eager(module, compiled, x)
+    _same_as_eager(module, compiled, x)  # warm: the cached entry
+    change[1](module)
+    _same_as_eager(module, compiled, x)
+
+
+def test_swapping_parameters_back_and_forth_reuses_the_entries() -> None:
+    module = Scale()
+    compiled = conveyor.compile(module)
+    x = torch.randn(3, 4)
+    a = module.a
+    compiled(x)
+    module.a = torch.nn.Parameter(torch.ones(4))  # same metadata: the same program, values read fresh
+    _same_as_eager(module, compiled, x)
+    module.a = a
+    _same_as_eager(module, compiled, x)
+    assert compiled.compiles == 1
+
+
+def test_a_pair_of_none_and_tensor_parameters_swapped_compiles_again() -> None:
+    module = Scale()
+    module.b = None  # type: ignore[assignment]
+    compiled = conveyor.compile(module)
+    x = torch.randn(3, 4)
+    _same_as_eager(module, compiled, x)
+    module.b, module.a = module.a, None  # type: ignore[assignment]
+    _same_as_eager(module, compiled, x)
+    assert compiled.compiles == 2
+
+
+def test_module_state_structure_follows_the_tree() -> None:
+    module = Scale()
+    state = ModuleState(module)
+    before = state.structure
+    assert [t is u for t, u in zip(state.tensors(), lifted_state(module)[1], strict=True)] == [True, True, True]
+    assert state.structure == before  # nothing changed: the same structure
+    module.act = torch.nn.GELU()
+    state.tensors()
+    assert state.structure != before
+    assert state.structure[1] == tuple(lifted_state(module)[0])
+
+
+def test_storage_groups_once_per_key_and_nothing_kept() -> None:
+    x = torch.randn(4)
+    flat = [x, x[1:], torch.randn(2), 3]
+    expected = cache.storage_groups(flat)
+    assert expected == (0, 0, 2, -1)
+    with cache.keying(flat):
+        assert cache.storage_groups(flat) is cache.storage_groups(flat)
+        assert cache.storage_groups(flat) == expected
+        other = [torch.randn(1)]
+        assert cache.storage_groups(other) == (0,)  # another list: computed afresh
+    assert cache._keying == [None, None]  # no input kept alive after the key
+
+
+def test_the_fast_key_matches_tensor_key_on_what_it_distinguishes() -> None:
+    p = torch.nn.Parameter(torch.randn(4, 4))
+    t = torch.randn(4, 4)
+    k = cache.call_key([p, t])
+    assert cache.call_key([p, t]) == k
+    assert cache.call_key([t, p]) != k
+    assert cache.call_key([p, t.t()]) != k  # strides
+    assert cache.call_key([p, t[1:]]) != k
+    assert cache.call_key([p, t.requires_grad_()]) != k
+    assert cache.call_key([p, (t * 2)]) != k  # not a leaf
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_detach_in_the_graph_of_a_call_under_no_grad(kind: str) -> None:
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.Linear(8, 8), torch.nn.GELU())
+    compiled = _compiled(module, kind)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        got = compiled(x)
+        torch.testing.assert_close(got, module(x))
+    assert not got.requires_grad
+    final = conveyor.last_graphs(compiled)[-1].graph
+    targets = [n.target for n in final.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.detach.default not in targets
+    assert torch.ops.aten.addmm.default in targets
+    # with grad on, the same module compiles again and its result carries grad
+    _same_as_eager(module, compiled, x)
+
+
+def test_a_no_grad_region_inside_a_grad_call_keeps_its_detach() -> None:
+    w = torch.nn.Parameter(torch.randn(4))
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            s = x * w
+        return s + x * w
+
+    compiled = conveyor.compile(fn)
+    x = torch.randn(4)
+    got = compiled(x)
+    expected = fn(x)
+    torch.testing.assert_close(got, expected)
+    (g,) = torch.autograd.grad(got.sum(), [w])
+    (e,) = torch.autograd.grad(expected.sum(), [w])
+    torch.testing.assert_close(g, e)
