@@ -213,3 +213,73 @@ def test_a_logger_used_by_the_program_is_not_taken_for_its_state(recwarn):
     LOG.manager._clear_cache()
     torch.testing.assert_close(conveyor.compile(f)(torch.ones(2)), torch.full((2,), 2.0))
     assert not [w for w in recwarn if "eagerly" in str(w.message)]
+
+
+_calls = 0
+
+
+def _counting(x):
+    global _calls
+    _calls += 1
+    return x + _calls
+
+
+def test_a_rebound_global_runs_eagerly_with_a_warning():
+    global _calls
+    _calls = 0
+    compiled = conveyor.compile(_counting)
+    with pytest.warns(UserWarning, match=r"writes to \['global _calls'\]"):
+        first = compiled(torch.zeros(1))
+    results = [first.item(), *(compiled(torch.zeros(1)).item() for _ in range(2))]
+    assert results == [1.0, 2.0, 3.0] and _calls == 3  # eager's values; the trace's write was undone
+
+
+def test_a_rebound_closure_variable_runs_eagerly_with_a_warning():
+    n = 0
+
+    def counting(x):
+        nonlocal n
+        n += 1
+        return x * n
+
+    compiled = conveyor.compile(counting)
+    with pytest.warns(UserWarning, match=r"closure variable n"):
+        results = [compiled(torch.ones(1)).item() for _ in range(3)]
+    assert results == [1.0, 2.0, 3.0] and n == 3
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda x, box: box.append(x * 2),
+        lambda x, box: box.__setitem__(0, x * 2),
+        lambda x, box: box.clear(),
+    ],
+    ids=["append", "setitem", "clear"],
+)
+def test_a_written_argument_list_runs_eagerly_with_a_warning(write):
+    def program(x, box):
+        write(x, box)
+        return x + 1
+
+    eager_box, compiled_box = [torch.zeros(1)], [torch.zeros(1)]
+    compiled = conveyor.compile(program)
+    with pytest.warns(UserWarning, match="Argument containers written by the program"):
+        for _ in range(2):
+            torch.testing.assert_close(compiled(torch.ones(1), compiled_box), program(torch.ones(1), eager_box))
+    assert len(compiled_box) == len(eager_box)
+    for a, b in zip(compiled_box, eager_box, strict=True):
+        assert not isinstance(a, torch._subclasses.FakeTensor)
+        torch.testing.assert_close(a, b)
+
+
+def test_a_written_argument_dict_runs_eagerly_with_a_warning():
+    def program(x, d):
+        d["seen"] = x.sum()
+        return x * 2
+
+    d: dict = {}
+    compiled = conveyor.compile(program)
+    with pytest.warns(UserWarning, match="Argument containers written by the program"):
+        compiled(torch.ones(2), d)
+    assert set(d) == {"seen"} and not isinstance(d["seen"], torch._subclasses.FakeTensor)

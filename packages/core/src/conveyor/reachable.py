@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import types
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from conveyor.fallback import EagerFallback
 from conveyor.objects import HINT, is_object
@@ -59,6 +60,23 @@ def _roots(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> lis
     elif is_object(fn) or callable(fn) and hasattr(fn, "__dict__") and not isinstance(fn, type):
         roots.append((type(fn).__name__, fn))
     return roots
+
+
+def _functions(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> list[types.FunctionType]:
+    """The Python functions whose own global and closure bindings a program
+    may rebind: ``fn`` (or its ``__func__``) and a module's ``forward``."""
+    found = []
+    for f in (getattr(fn, "__func__", fn), getattr(type(module), "forward", None) if module is not None else None):
+        if isinstance(f, types.FunctionType) and f not in found:
+            found.append(f)
+    return found
+
+
+def _cell_contents(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
 
 
 #: libraries whose objects are the runtime's, not the program's state (a logger's
@@ -104,6 +122,13 @@ class StateWatch:
         self.mirrors: list[tuple[torch.nn.Module, dict[str, Any]]] = []
         self.saved: list[tuple[str, Any, list[tuple[Any, dict[Any, Any] | list[Any]]]]] = []
         seen: set[int] = set()
+        self.globals: list[tuple[dict[str, Any], str, Any]] = []
+        self.cells: list[tuple[types.CellType, str, Any]] = []
+        for func in _functions(fn, module):
+            for name in func.__code__.co_names:  # a global the code may rebind (global n; n += 1)
+                self.globals.append((func.__globals__, name, func.__globals__.get(name, _MISSING)))
+            for name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
+                self.cells.append((cell, name, _cell_contents(cell)))  # nonlocal n; n += 1
         for label, root in _roots(fn, module):
             if isinstance(root, torch.nn.Module):
                 for name, m in root.named_modules():
@@ -138,6 +163,20 @@ class StateWatch:
         for m, mirrors in self.mirrors:
             vars(m).update(mirrors)  # before the comparison: not a write of the program
         changed: list[str] = []
+        for namespace, name, value in self.globals:
+            if namespace.get(name, _MISSING) is not value:
+                changed.append(f"global {name}")
+                if value is _MISSING:
+                    namespace.pop(name, None)
+                else:
+                    namespace[name] = value
+        for cell, name, value in self.cells:
+            if _cell_contents(cell) is not value:
+                changed.append(f"closure variable {name}")
+                if value is _MISSING:
+                    del cell.cell_contents
+                else:
+                    cell.cell_contents = value
         for where, _, parts in self.saved:
             for now, saved in parts:
                 if isinstance(now, list):
@@ -159,4 +198,19 @@ class StateWatch:
         return EagerFallback(
             f"it writes to {changed[:5]}{' ...' if len(changed) > 5 else ''}, state it does not take as an "
             f"argument, which a captured graph cannot replay (Note [State a program reaches]); {HINT}"
+        )
+
+
+def refuse_changed_containers(args: Any, kwargs: Any, leaves: Sequence[Any], in_spec: pytree.TreeSpec) -> None:
+    """Note [Argument containers written by the program]: the lists, tuples
+    and dicts of a call's arguments are rebuilt for each trace from their
+    pytree spec, so a write to one (``out.append(y)``, ``d["k"] = y``,
+    ``xs[0] = y``) lands in the rebuilt copy, never in the caller's
+    container. Such a program raises :class:`EagerFallback`: it runs eagerly,
+    with a warning."""
+    now, spec = pytree.tree_flatten((args, kwargs))
+    if spec != in_spec or len(now) != len(leaves) or any(a is not b for a, b in zip(now, leaves, strict=True)):
+        raise EagerFallback(
+            "it writes to a list, tuple or dict it takes as an argument, which a captured graph cannot "
+            f"replay (Note [Argument containers written by the program]); {HINT}"
         )
