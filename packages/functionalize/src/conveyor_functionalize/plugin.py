@@ -11,7 +11,13 @@ from conveyor import Lowering, Request, StageError, StageSpec, hookimpl
 from conveyor_functionalize.analysis import analyze_run
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
-from conveyor_functionalize.self_overlap import eager_lowering, written_self_overlapping
+from conveyor_functionalize.self_overlap import (
+    SPARSE_COMPRESSED_REASON,
+    eager_lowering,
+    makes_sparse_compressed,
+    sparse_compressed_with_grad,
+    written_self_overlapping,
+)
 from conveyor_functionalize.trace import trace_functional, writing_nodes
 from conveyor_functionalize.views import no_grad_view_outputs
 
@@ -39,6 +45,12 @@ class Functionalize:
             return self._lower(request)
 
     def _lower(self, request: Request) -> Lowering:
+        compressed = sparse_compressed_with_grad(request.inputs)
+        if compressed:  # Note [Sparse compressed inputs that require grad]
+            return eager_lowering(request, STAGE, compressed, SPARSE_COMPRESSED_REASON)
+        maker = makes_sparse_compressed(request.graph) if request.grad_enabled else None
+        if maker is not None and any(isinstance(t, torch.Tensor) and t.requires_grad for t in request.inputs):
+            return eager_lowering(request, STAGE, [], f"{maker.target} with grad: {SPARSE_COMPRESSED_REASON}")
         with torch.set_grad_enabled(request.grad_enabled):
             meta, run = analyze_run(request.graph, request.inputs, request.fake_mode)
             overlapping = written_self_overlapping(request.inputs, [info.mutates_data for info in meta.inputs])

@@ -67,15 +67,17 @@ def written_self_overlapping(inputs: Sequence[Any], written: Sequence[bool]) -> 
     return [i for i, (t, w) in enumerate(zip(inputs, written)) if w and overlaps_itself(t)]
 
 
-def eager_lowering(request: Request, stage: str, inputs: Sequence[int]) -> Lowering:
+def eager_lowering(request: Request, stage: str, inputs: Sequence[int], reason: str = "") -> Lowering:
     """A lowering that runs ``request``'s graph on the caller's tensors (aten
     ops, each under its captured grad mode: eager's semantics, autograd
-    included), with a warning naming ``stage`` and the inputs
-    (Note [Writes through a self-overlapping input]). The inner stages get a
-    graph that takes the same inputs and returns nothing."""
+    included), with a warning naming ``stage``, the inputs and ``reason``
+    (default: Note [Writes through a self-overlapping input]). The inner
+    stages get a graph that takes the same inputs and returns nothing."""
     warn_eager(
         f"a program (stage '{stage}')",
-        f"it writes through input(s) {list(inputs)}, whose elements share memory: functionalization cannot "
+        (f"input(s) {list(inputs)}: {reason}" if inputs else reason)
+        if reason
+        else f"it writes through input(s) {list(inputs)}, whose elements share memory: functionalization cannot "
         "express such a write (Note [Writes through a self-overlapping input])",
     )
     empty = torch.fx.Graph()
@@ -92,3 +94,45 @@ def eager_lowering(request: Request, stage: str, inputs: Sequence[int]) -> Lower
         return run
 
     return Lowering((inner,), wrap)
+
+
+# Note [Sparse compressed inputs that require grad]: torch 2.13's functional
+# wrapper of a sparse compressed tensor (CSR, CSC, BSR, BSC) that requires
+# grad aborts the process: building its autograd metadata asks the wrapper for
+# its layout, which ``FunctionalTensorWrapper`` does not implement (an
+# uncaught ``c10::Error`` "layout_impl is only implemented for TensorImpl
+# subclasses"). The same holds for such a tensor made inside the program
+# (``x.to_sparse_csr()`` of an ``x`` that requires grad). Such a
+# specialization runs the captured aten graph eagerly, with a warning; without
+# grad, and for sparse COO tensors, it compiles.
+_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+SPARSE_COMPRESSED_REASON = (
+    "sparse compressed (CSR/CSC/BSR/BSC) tensors that require grad cannot be functionalized in torch 2.13 "
+    "(Note [Sparse compressed inputs that require grad])"
+)
+
+
+def sparse_compressed_with_grad(inputs: Sequence[Any]) -> list[int]:
+    """The inputs with a sparse compressed layout that require grad."""
+    return [
+        i
+        for i, t in enumerate(inputs)
+        if isinstance(t, torch.Tensor) and t.layout in _COMPRESSED and t.requires_grad
+    ]
+
+
+_COMPRESSED_NAMES = ("csr", "csc", "bsr", "bsc", "sparse_compressed")
+
+
+def makes_sparse_compressed(graph: torch.fx.GraphModule) -> torch.fx.Node | None:
+    """The first node of ``graph`` that may make a sparse compressed tensor
+    (an op named for one, or ``to_sparse`` with a compressed ``layout``)."""
+    for node in graph.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        name = node.target._schema.name.split("::")[-1]
+        if any(part in name for part in _COMPRESSED_NAMES):
+            return node
+        if "to_sparse" in name and any(a in _COMPRESSED for a in (*node.args, *node.kwargs.values())):
+            return node
+    return None
