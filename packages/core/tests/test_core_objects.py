@@ -283,3 +283,18 @@ def test_a_written_argument_dict_runs_eagerly_with_a_warning():
     with pytest.warns(UserWarning, match="Argument containers written by the program"):
         compiled(torch.ones(2), d)
     assert set(d) == {"seen"} and not isinstance(d["seen"], torch._subclasses.FakeTensor)
+
+
+def test_a_torch_size_result_stays_a_torch_size():
+    def program(a, b):
+        return torch.broadcast_shapes(a.shape, b.shape), (a.size(), a * 2)
+
+    a, b = torch.randn(3, 1), torch.randn(1, 4)
+    compiled = conveyor.compile(program)
+    for _ in range(2):
+        shape, (size, out) = compiled(a, b)
+        assert type(shape) is torch.Size and shape == torch.Size([3, 4])
+        assert type(size) is torch.Size and size == a.shape
+        torch.testing.assert_close(out, a * 2)
+    shape, (size, _) = compiled(torch.randn(2, 1), torch.randn(1, 5))  # another specialization
+    assert type(shape) is torch.Size and shape == torch.Size([2, 5]) and size == torch.Size([2, 1])

@@ -226,10 +226,15 @@ def capture(
     )
 
 
+def _int_size(v: Any) -> bool:
+    return type(v) is torch.Size and all(type(d) is int for d in v)
+
+
 def _flat_outputs(out: Any, installed: Installed | None, out_info: dict[str, Any]) -> tuple[Any, ...]:
     """The graph outputs of the user's result: its tensor leaves, then the
     tensors of its object leaves and of the writes to argument objects."""
-    out_leaves, out_spec = pytree.tree_flatten(out)
+    # a torch.Size of ints is one constant leaf: pytree would rebuild it as a plain tuple
+    out_leaves, out_spec = pytree.tree_flatten(out, is_leaf=_int_size)
     builder = RecipeBuilder(installed.objects.containers if installed is not None else ())
     recipes = tuple(
         (i, builder.describe(v, f"result leaf {i} ({type(v).__qualname__})"))
