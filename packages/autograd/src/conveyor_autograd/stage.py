@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from conveyor import Lowering, Request, StageError
 
+from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
 from conveyor_autograd.grad_mode_ops import with_grad_mode_on
 from conveyor_autograd.joint import STAGE, trace_joint, writing_node
 from conveyor_autograd.min_cut import min_cut
@@ -45,6 +46,9 @@ class Autograd:
                 f"the graph writes with {bad.target} ({bad.name}); the autograd stage needs a functional graph "
                 "(enable the functionalize stage)",
             )
+        checked = checked_backward_node(request.graph)
+        if checked is not None:  # Note [Backwards that check their gradient]
+            return eager_lowering(request, STAGE, checked)
         joint = trace_joint(request)
         if joint is None:
             return Lowering.passthrough(request)
