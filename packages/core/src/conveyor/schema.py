@@ -1,26 +1,161 @@
-"""What an FX node's op schema says about writes: the one answer every stage uses."""
+"""What an op is, from its schema and tags: the one place every stage asks.
+
+Views, writes (with their alias sets and ``out=``), storage swaps, random and
+effectful ops, and what may be recomputed are answered here, per op overload
+(cached) and per FX node; the schema text is read by ``conveyor.ops_aliasing``.
+
+Two answers to "does this op write" exist, on purpose:
+
+* ``writes`` / ``written_args``: the writes the schema *declares* on a tensor's
+  memory (``Tensor(a!)``, ``Tensor(a!)[]``, ``out=``). This is what stages that
+  run ops under torch's functionalization or autograd need: an undeclared write
+  (``native_batch_norm``'s running statistics) is replaced there by torch itself,
+  and a list written as a list (``aten.add_.t``, ``aten.sort.Tensor``: ``t[](a!)``,
+  ``Tensor[](a!)``) changes no tensor memory.
+* ``OpFacts.writes_memory``: the declared writes plus the ``UNDECLARED_WRITES``;
+  what an analysis of the graph as written (``conveyor_alias_db``) needs to order
+  reads and writes soundly.
+"""
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx
+from torch._higher_order_ops.effects import has_effects
+
+from conveyor.ops_aliasing import (
+    STORAGE_SWAPPING_OPS,
+    UNDECLARED_WRITES,
+    ArgAlias,
+    OpAliasing,
+    ReturnAlias,
+    op_aliasing,
+)
+
+__all__ = [
+    "STORAGE_SWAPPING_OPS",
+    "UNDECLARED_WRITES",
+    "ArgAlias",
+    "OpAliasing",
+    "OpFacts",
+    "ReturnAlias",
+    "is_effectful",
+    "is_random",
+    "is_view",
+    "op_aliasing",
+    "op_facts",
+    "swaps_storage",
+    "writes",
+    "written_args",
+    "written_positions",
+]
+
+
+@dataclass(frozen=True)
+class OpFacts:
+    """What an op overload is.
+
+    :ivar aliasing: the schema's alias annotations, per argument and return.
+    :ivar written: ``(position, name)`` of each argument whose tensor memory the
+        schema declares written (in-place ``self``, ``out=``, any ``(a!)``).
+    :ivar writes_memory: some argument's memory is written, declared or not
+        (``UNDECLARED_WRITES``).
+    :ivar view: some return aliases an argument and nothing is written.
+    :ivar storage_swap: the op may make a tensor use another's storage, which its
+        schema does not declare (``STORAGE_SWAPPING_OPS``).
+    :ivar random: the op draws from the random number generator.
+    """
+
+    aliasing: OpAliasing
+    written: tuple[tuple[int, str], ...]
+    writes_memory: bool
+    view: bool
+    storage_swap: bool
+    random: bool
+    op: torch._ops.OpOverload
+
+    @property
+    def effectful(self) -> bool:
+        """torch marks the op as having side effects: it must run even when nothing
+        uses its result (asked each time: ops are registered as effectful at run time)."""
+        return has_effects(self.op)
+
+    @property
+    def writes(self) -> bool:
+        """The schema declares a write to some argument's tensor memory."""
+        return bool(self.written)
+
+    @property
+    def recomputable(self) -> bool:
+        """Running the op again on the same inputs gives the same values and
+        changes nothing else: no write, no storage swap, no randomness, no effect.
+        (Whether recomputing is *worth it* is the partitioner's policy.)"""
+        return not (self.writes_memory or self.storage_swap or self.random or self.effectful)
+
+
+@functools.cache
+def op_facts(op: torch._ops.OpOverload) -> OpFacts:
+    """The facts of ``op`` (cached per overload)."""
+    aliasing = op_aliasing(op)
+    written = tuple((i, a.name) for i, a in enumerate(aliasing.args) if a.is_write and a.declared)
+    view = not written and any(r.holds_tensors and r.alias_sets for r in aliasing.returns)
+    return OpFacts(
+        aliasing=aliasing,
+        written=written,
+        writes_memory=any(a.is_write for a in aliasing.args),
+        view=view,
+        storage_swap=op._schema.name in STORAGE_SWAPPING_OPS,
+        random=aliasing.random,
+        op=op,
+    )
+
+
+def _facts(node: torch.fx.Node) -> OpFacts | None:
+    target = node.target
+    return op_facts(target) if isinstance(target, torch._ops.OpOverload) else None
+
+
+def written_positions(node: torch.fx.Node) -> tuple[tuple[int, str], ...]:
+    """``(position, name)`` of each argument ``node``'s op declares it writes."""
+    facts = _facts(node)
+    return facts.written if facts is not None else ()
 
 
 def written_args(node: torch.fx.Node) -> list[Any]:
     """The arguments ``node``'s op writes to (in-place, ``out=``, any schema
     argument marked ``(a!)``), as the node passes them."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return []
-    return [
-        node.args[j] if j < len(node.args) else node.kwargs.get(arg.name)
-        for j, arg in enumerate(schema.arguments)
-        if arg.alias_info is not None and arg.alias_info.is_write
-    ]
+    return [node.args[j] if j < len(node.args) else node.kwargs.get(name) for j, name in written_positions(node)]
 
 
 def writes(node: torch.fx.Node) -> bool:
-    """``node``'s op writes to one of its arguments."""
-    schema = getattr(node.target, "_schema", None)
-    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    """``node``'s op declares a write to one of its tensor arguments."""
+    return bool(written_positions(node))
+
+
+def is_view(node: torch.fx.Node) -> bool:
+    """``node``'s op returns an alias of an argument without writing to it."""
+    facts = _facts(node)
+    return facts is not None and facts.view
+
+
+def swaps_storage(node: torch.fx.Node) -> bool:
+    """``node``'s op may rebind a tensor to another storage (``set_``, ``set_data``)."""
+    facts = _facts(node)
+    return facts is not None and facts.storage_swap
+
+
+def is_random(node: torch.fx.Node) -> bool:
+    """``node``'s op draws from the random number generator."""
+    facts = _facts(node)
+    return facts is not None and facts.random
+
+
+def is_effectful(node: torch.fx.Node) -> bool:
+    """torch marks ``node``'s op as having side effects (``aten._linalg_check_errors``
+    raises on a singular matrix): it must run even though nothing uses it."""
+    facts = _facts(node)
+    return facts is not None and facts.effectful
