@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor.grad_regions import GRAD_META
+from conveyor.schema import is_view, swaps_storage, written_positions
 
 
 def zero_with_identity_grad(t: torch.Tensor) -> torch.Tensor:
@@ -67,38 +68,19 @@ def _written(
     view, the view's base (the whole tensor keeps its identity); for a write
     through a ``detach``-ed alias, the base of what it was detached from.
     With ``only_detached``, only the latter (autograd records the others)."""
-    schema = getattr(n.target, "_schema", None)
-    if schema is None:
-        return []
     values: list[torch.Tensor] = []
-    for j, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            value = args[j] if j < len(args) else kwargs.get(arg.name)
-            node = n.args[j] if j < len(n.args) else n.kwargs.get(arg.name)
-            if isinstance(node, torch.fx.Node) and node in detached_from:
-                value = detached_from[node]
-            elif only_detached:
-                continue
-            if isinstance(value, torch.Tensor):
-                base = _base(value)
-                if base.requires_grad and not any(base is v for v in values):
-                    values.append(base)
+    for j, name in written_positions(n):
+        value = args[j] if j < len(args) else kwargs.get(name)
+        node = n.args[j] if j < len(n.args) else n.kwargs.get(name)
+        if isinstance(node, torch.fx.Node) and node in detached_from:
+            value = detached_from[node]
+        elif only_detached:
+            continue
+        if isinstance(value, torch.Tensor):
+            base = _base(value)
+            if base.requires_grad and not any(base is v for v in values):
+                values.append(base)
     return values
-
-
-def _swaps_storage(n: torch.fx.Node) -> bool:
-    schema = getattr(n.target, "_schema", None)
-    return schema is not None and schema.name in ("aten::set_", "aten::set")
-
-
-def _is_view(n: torch.fx.Node) -> bool:
-    schema = getattr(n.target, "_schema", None)
-    return (
-        schema is not None
-        and bool(schema.returns)
-        and schema.returns[0].alias_info is not None
-        and not schema.returns[0].alias_info.is_write
-    )
 
 
 class IdentityKeepingInterpreter(torch.fx.Interpreter):
@@ -118,7 +100,7 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
     def _read_swapped(self, n: torch.fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """Each read of a swapped tensor (not a view of it, which a write
         may go through) sends gradient to its identity, not to the storage."""
-        if _is_view(n):
+        if is_view(n):
             return args, kwargs
 
         def read(v: Any) -> Any:
@@ -139,7 +121,7 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
         with torch.set_grad_enabled(torch.is_grad_enabled() and grad_mode):
             out = getattr(self, n.op)(n.target, args, kwargs)  # what Interpreter.run_node does, on these args
         keep = [(t, z) for t, z in zip(written, zeros, strict=True) if getattr(t, "elem", t).shape == z.shape]
-        if _swaps_storage(n):
+        if swaps_storage(n):
             # Note [A no-grad set_ keeps its own identity]
             for t, z in keep:
                 self.swapped[t] = z
@@ -159,7 +141,7 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
         if n.op != "call_function" or not isinstance(out, torch.Tensor) or not args:
             return
         src = n.args[0] if isinstance(n.args[0], torch.fx.Node) else None
-        if src is not None and src in self.detached_from and _is_view(n):
+        if src is not None and src in self.detached_from and is_view(n):
             self.detached_from[n] = self.detached_from[src]
         elif n.target is torch.ops.aten.detach.default and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
             self.detached_from[n] = args[0]
