@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._higher_order_ops.effects import has_effects
+from conveyor.schema import is_effectful, is_random, is_view, op_facts
+
+__all__ = ["is_effectful", "is_random", "is_recomputable", "is_view", "size_in_bytes"]
 
 aten = torch.ops.aten
 
@@ -54,28 +56,6 @@ def _packet(node: torch.fx.Node) -> Any:
     return target.overloadpacket if isinstance(target, torch._ops.OpOverload) else None
 
 
-def is_random(node: torch.fx.Node) -> bool:
-    """The op draws from the random number generator."""
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
-
-
-def is_effectful(node: torch.fx.Node) -> bool:
-    """torch marks the op as having side effects (``aten._linalg_check_errors``
-    raises on a singular matrix): it must run even though nothing uses it."""
-    target = node.target
-    return isinstance(target, torch._ops.OpOverload) and has_effects(target)
-
-
-def is_view(node: torch.fx.Node) -> bool:
-    """The op returns an alias of an argument without writing to it."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or not schema.returns:
-        return False
-    writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-    return not writes and all(r.alias_info is not None for r in schema.returns)
-
-
 def size_in_bytes(node: torch.fx.Node) -> int:
     """Bytes of the node's value (a tensor), 1 for a symbol, 0 otherwise."""
     val = node.meta.get("val")
@@ -90,13 +70,14 @@ def size_in_bytes(node: torch.fx.Node) -> int:
 
 
 def is_recomputable(node: torch.fx.Node) -> bool:
-    """Cheap enough to compute twice; never a random op."""
-    if node.op != "call_function" or is_random(node):
+    """Cheap enough to compute twice; never a random op (nor one that writes,
+    swaps storage or has an effect: ``conveyor.schema``'s ``recomputable``)."""
+    if node.op != "call_function":
         return False
     if node.target is operator.getitem:
         return True
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, torch._ops.OpOverload) or not op_facts(target).recomputable:
         return False
     if torch.Tag.pointwise in target.tags or is_view(node):
         return True
