@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -59,12 +60,55 @@ def watching_capture() -> Iterator[None]:
     _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
         yield
+    except Exception as exc:
+        if isinstance(exc, ConveyorError) or not _raised_by_torch_python_kernel(exc):
+            raise
+        # Note [Errors of torch's Python kernels]
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise EagerFallback(
+            f"capture on fake tensors raised {type(exc).__name__} ({first}) in one of torch's Python kernels, "
+            "which may refuse what eager's kernel runs or raise another error type "
+            "(Note [Errors of torch's Python kernels])"
+        ) from exc
     finally:
         _capturing.depth -= 1
         with _install_lock:
             _installed[0] -= 1
             if _installed[0] == 0:
                 _uninstall()
+
+
+# Note [Errors of torch's Python kernels]: capture runs the program on fake
+# tensors, through torch's meta registrations and Python references
+# (``torch/_meta_registrations.py``, ``torch/_refs``, ``torch/_prims``,
+# ``torch/_decomp``), not eager's C++ kernels. These do not always agree with
+# eager on what they refuse: ``bool_tensor << 1`` runs in eager (the meta
+# kernel demands an integral dtype), and ``bool_tensor // 1`` raises
+# ``NotImplementedError`` in eager but ``RuntimeError`` in the reference. An
+# error raised from one of them during capture makes that specialization run
+# eagerly, with a warning: eager's kernel then decides (its result, or its
+# error with eager's type and message).
+_PYTHON_KERNEL_FILES = tuple(
+    os.path.join(os.path.dirname(torch.__file__), part)
+    for part in ("_meta_registrations.py", "_refs" + os.sep, "_prims" + os.sep, "_prims_common" + os.sep, "_decomp" + os.sep)
+)
+
+
+def _raised_by_torch_python_kernel(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in one of torch's meta registrations or
+    Python references (its innermost frame, past ``torch._check``'s own in
+    ``torch/__init__.py``)."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    while frames and frames[-1] == _TORCH_INIT:
+        frames.pop()
+    return bool(frames) and frames[-1].startswith(_PYTHON_KERNEL_FILES)
+
+
+_TORCH_INIT = os.path.join(os.path.dirname(torch.__file__), "__init__.py")
 
 
 # Note [Watching a capture, thread by thread]: ``Function.apply`` and the
