@@ -19,7 +19,7 @@ import torch.fx
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conveyor.schema import writes, written_args
+from conveyor.schema import is_view, writes, written_args
 
 GRAD_META = "conveyor_grad_enabled"
 
@@ -57,15 +57,6 @@ def call_graph(graph: torch.fx.GraphModule, args: Sequence[Any]) -> tuple[Any, .
     return tuple(_GradModeInterpreter(graph).run(*args))
 
 
-def _is_view(node: torch.fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
-    return (
-        schema is not None
-        and not writes(node)
-        and any(r.alias_info is not None for r in schema.returns)
-    )
-
-
 def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) -> torch.fx.GraphModule:
     """Insert ``aten.detach`` after no-grad results that would otherwise
     require grad when the graph is replayed with grad enabled.
@@ -97,7 +88,7 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
             would_require[node] = from_grad
             continue
         val = node.meta.get("val")
-        view = _is_view(node)
+        view = is_view(node)
         would_require[node] = from_grad and view
         if from_grad and isinstance(val, torch.Tensor) and (val.is_floating_point() or val.is_complex()):
             with gm.graph.inserting_after(node):
@@ -110,7 +101,7 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
                 if user is detached:
                     return False
                 if view and not user.meta.get(GRAD_META, True):
-                    return not (_is_view(user) or any(w is node for w in written_args(user)))
+                    return not (is_view(user) or any(w is node for w in written_args(user)))
                 return True
 
             node.replace_all_uses_with(detached, delete_user_cb=reads_detached)
