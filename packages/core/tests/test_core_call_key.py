@@ -219,3 +219,44 @@ def test_a_no_grad_region_inside_a_grad_call_keeps_its_detach() -> None:
     (g,) = torch.autograd.grad(got.sum(), [w])
     (e,) = torch.autograd.grad(expected.sum(), [w])
     torch.testing.assert_close(g, e)
+
+
+def _detach_targets(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.detach.default)
+
+
+def test_inert_detaches_are_dropped_and_returned_ones_kept() -> None:
+    from conveyor.grad_regions import drop_inert_detaches
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.ops.aten.detach.default(x * w)
+        return h.sin() + 1, torch.ops.aten.detach.default(h)
+
+    x, w = torch.randn(3), torch.randn(3, requires_grad=True)
+    gm = make_fx(fn)(x, w)
+    assert _detach_targets(gm) == 2
+    dropped = drop_inert_detaches(gm)
+    assert _detach_targets(dropped) == 1  # the returned one stays
+    assert _detach_targets(gm) == 2  # the request's graph is left as it was
+    with torch.no_grad():
+        for got, expected in zip(dropped(x, w), gm(x, w), strict=True):
+            torch.testing.assert_close(got, expected)
+
+    def writes(x: torch.Tensor) -> torch.Tensor:
+        h = torch.ops.aten.detach.default(x)
+        return h.mul_(2) + 1
+
+    gm = make_fx(writes)(torch.randn(3))
+    assert drop_inert_detaches(gm) is gm  # a graph that writes keeps its detaches
+
+
+def test_a_training_step_matches_eager_with_detaches_dropped() -> None:
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        *(torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.Linear(8, 8), torch.nn.GELU()) for _ in range(2))
+    )
+    compiled = conveyor.compile(module)
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        _same_as_eager(module, compiled, x)

@@ -11,6 +11,7 @@ and every backend sees the same semantics as eager.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -109,3 +110,34 @@ def detach_no_grad_results(gm: torch.fx.GraphModule, inputs: tuple[Any, ...]) ->
     if changed:
         gm.recompile()
     return gm
+
+
+def drop_inert_detaches(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """For a backend whose callable runs under ``no_grad``
+    (``Request.grad_enabled`` false: an inference call, the forward and
+    backward of the autograd stage): a copy of ``gm`` without the
+    ``aten.detach`` nodes that only feed other nodes. Under ``no_grad`` such
+    a detach changes no value and no result's autograd state, so it is a
+    node eager never runs. A detach that is a graph output stays (the caller
+    may tell outputs apart by identity), and a graph that writes keeps all
+    (a write through a detached alias is the stages' business). ``gm`` is
+    returned as it is when there is nothing to drop."""
+    nodes = gm.graph.nodes
+    output = next((n for n in reversed(nodes) if n.op == "output"), None)
+    returned = set(output.all_input_nodes) if output is not None else set()
+    inert = [
+        n
+        for n in nodes
+        if n.op == "call_function" and n.target is torch.ops.aten.detach.default and n not in returned
+    ]
+    if not inert or any(writes(n) for n in nodes if n.op == "call_function"):
+        return gm
+    names = frozenset(n.name for n in inert)
+    graph = copy.deepcopy(gm.graph)
+    for node in list(graph.nodes):
+        if node.name in names:
+            source = node.args[0]
+            assert isinstance(source, torch.fx.Node)
+            node.replace_all_uses_with(source)
+            graph.erase_node(node)
+    return torch.fx.GraphModule(gm, graph)
