@@ -12,6 +12,10 @@ Each sample ends in one of:
   conveyor's warning ("conveyor: running ... eagerly: <cause>"), or conveyor
   refused it with its documented error for data-dependent programs
   (``CaptureError``: use ``torch.compile(backend="conveyor")``);
+* ``deviation``: a documented deviation from eager where eager's own result
+  is demonstrably wrong (:data:`DEVIATIONS`): the values match eager's and
+  the compiled gradient passes ``torch.autograd.gradcheck`` (in float64),
+  which eager's fails;
 * ``wrong``: anything else (a difference from eager, or an error eager does
   not raise).
 
@@ -62,6 +66,14 @@ TOLERANCE: dict[tuple[str, torch.dtype], tuple[float | None, float | None]] = {
 #: (their result goes through ``zeros_like``, which keeps dtype, shape and strides)
 UNINITIALIZED = frozenset("empty empty_like empty_strided empty_permuted new_empty new_empty_strided".split())
 
+#: op -> why conveyor's gradient differs from eager's (eager's is wrong: it
+#: fails gradcheck); each sample is checked against gradcheck instead
+DEVIATIONS: dict[str, str] = {
+    "as_strided_scatter": "torch 2.13's as_strided_scatter derivative gives self the gradient inside the "
+    "scattered window and zero outside, the reverse of the true one (torch.autograd.gradcheck fails on eager); "
+    "conveyor_functionalize spells the op as index_put into self's buffer, whose gradient passes gradcheck",
+}
+
 OPINFOS = {(o.name + ("." + o.variant_test_name if o.variant_test_name else "")): o for o in op_db}
 
 
@@ -74,11 +86,11 @@ class SampleResult:
     backend: str
     dtype: str
     grad: bool
-    outcome: str  # "right" | "fallback" | "wrong"
+    outcome: str  # "right" | "fallback" | "deviation" | "wrong"
     detail: str = ""
 
     def __post_init__(self) -> None:
-        if self.outcome not in ("right", "fallback", "wrong"):
+        if self.outcome not in ("right", "fallback", "deviation", "wrong"):
             raise ValueError(f"unknown outcome {self.outcome!r}")
 
 
@@ -140,11 +152,47 @@ def _alarm(signum: int, frame: Any) -> None:
     raise _Timeout
 
 
+def _gradcheck_compiled(fn: Callable[..., Any], tensors: list[Any], backend: str) -> None:
+    """``torch.autograd.gradcheck`` of ``fn`` compiled, on float64 copies of
+    the floating inputs (Note: a documented deviation, :data:`DEVIATIONS`)."""
+    inputs = [
+        t.detach().double().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) and t.is_floating_point()
+        else t
+        for t in tensors
+    ]
+    compiled = conveyor.compile(fn, backend=backend)
+    torch.autograd.gradcheck(lambda *a: compiled(*a), inputs, raise_exception=True)
+
+
 def run_sample(
-    fn: Callable[..., Any], tensors: list[Any], backend: str, dtype: torch.dtype, grad: bool, timeout: int = 0
+    fn: Callable[..., Any],
+    tensors: list[Any],
+    backend: str,
+    dtype: torch.dtype,
+    grad: bool,
+    timeout: int = 0,
+    deviation: str = "",
 ) -> tuple[str, str]:
     """Compile ``fn`` with every installed stage and ``backend`` and check it
-    against eager: ``(outcome, detail)``."""
+    against eager: ``(outcome, detail)``. ``deviation``: the op's documented
+    deviation (:data:`DEVIATIONS`): if the gradients differ from eager's, the
+    values are checked against eager and the gradient by gradcheck."""
+    outcome, detail = _run_sample(fn, tensors, backend, dtype, grad, timeout)
+    if outcome != "wrong" or not deviation or not grad:
+        return outcome, detail
+    values, detail = _run_sample(fn, tensors, backend, dtype, False, timeout)
+    if values != "right":
+        return "wrong", detail
+    try:
+        _gradcheck_compiled(fn, tensors, backend)
+    except Exception as exc:
+        return "wrong", f"documented deviation, but gradcheck fails: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return "deviation", deviation[:300]
+
+
+def _run_sample(
+    fn: Callable[..., Any], tensors: list[Any], backend: str, dtype: torch.dtype, grad: bool, timeout: int = 0
+) -> tuple[str, str]:
     atol, rtol = TOLERANCE.get((backend, dtype), (None, None))
 
     def compile(f: Any) -> Any:
@@ -194,7 +242,7 @@ def sweep(
             print(f"{name}: no samples ({type(exc).__name__}: {exc})", file=sys.stderr)
             continue
         for i, (fn, tensors, with_grad) in enumerate(programs):
-            outcome, detail = run_sample(fn, tensors, backend, dtype, with_grad, timeout)
+            outcome, detail = run_sample(fn, tensors, backend, dtype, with_grad, timeout, DEVIATIONS.get(name, ""))
             yield SampleResult(name, i, backend, str(dtype).removeprefix("torch."), grad, outcome, detail)
 
 
@@ -209,7 +257,8 @@ def summary(path: str) -> str:
             if r.outcome != "right":
                 others.append(f"{r.outcome:8s} {r.backend} {r.dtype} grad={r.grad} {r.op}[{r.index}]: {r.detail}")
     lines = [
-        f"{b} {d} grad={g}: {c['right']} right / {c['fallback']} fallback / {c['wrong']} wrong"
+        f"{b} {d} grad={g}: {c['right']} right / {c['fallback']} fallback / {c['deviation']} deviation / "
+        f"{c['wrong']} wrong"
         for (b, d, g), c in sorted(counts.items())
     ]
     return "\n".join(lines + sorted(others))
