@@ -20,9 +20,12 @@ from typing import Any, Literal
 
 import torch
 import torch.fx
+from conveyor.schema import is_view, writes
 
 from conveyor_triton.dtypes import SUPPORTED
 from conveyor_triton.ops import RULES, Value
+
+__all__ = ["ORDER_KEEPING_VIEWS", "REDUCTIONS", "NodeClass", "classify", "is_view", "static_tensor", "writes"]
 
 aten = torch.ops.aten
 
@@ -59,23 +62,6 @@ class NodeClass:
     def __post_init__(self) -> None:
         if self.category == "fallback" and not self.reason:
             raise ValueError("a fallback needs a reason")
-
-
-def writes(node: torch.fx.Node) -> bool:
-    """Whether ``node`` writes to (or changes the metadata of) one of its arguments."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return False
-    if schema.is_mutable:
-        return True
-    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
-
-
-def is_view(node: torch.fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
-    if schema is None or node.target is operator.getitem:
-        return False
-    return any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 
 def static_tensor(value: Any) -> bool:
