@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from conveyor.errors import CaptureError
 from conveyor.fallback import EagerFallback
 
 HINT = "use torch.compile(fn, backend='conveyor'), which follows Python objects with dynamo"
@@ -224,6 +225,9 @@ class RecipeBuilder:
             return Out(len(self.tensors) - 1)
         if id(v) in self.index:
             return Ref(self.index[id(v)])
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # not a constant of the graph: the caller compiles with static sizes instead
+            raise CaptureError(f"capture: {where} is a symbolic size ({v}), which a result cannot hold as a constant")
         if depth > 20:
             raise EagerFallback(f"{where} nests Python objects too deeply to rebuild; {HINT}")
         if type(v) in (list, tuple):
