@@ -42,7 +42,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from conveyor.errors import ConveyorError
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn, Request
-from conveyor.subclasses import BOUNDARY_META, Boundary, SubclassMeta, flat_outer, meta_of, outer_inputs
+from conveyor.subclasses import BOUNDARY_META, Boundary, SubclassMeta, flat_outer, meta_of, outer_inputs, rebuild
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def trace_backward(
             ]
             outs = program(*leaves)
             diff = tuple(isinstance(o, torch.Tensor) and o.requires_grad for o in outs)
-            pairs = [(o, t) for o, t, d in zip(outs, _outer_tangents(boundary, grads_out), diff, strict=True) if d]
+            pairs = [(o, t) for o, t, d in zip(outs, rebuild(boundary.outputs, grads_out), diff, strict=True) if d]
             wrt = [x for x, rg in zip(leaves, boundary.requires_grad, strict=True) if rg]
             grads = torch.autograd.grad([o for o, _ in pairs], wrt, [t for _, t in pairs], allow_unused=True)
         it = iter(grads)
@@ -99,19 +99,6 @@ def trace_backward(
     graph = make_fx(backward)(*inner_in, *tangents)
     plan = Backward(found["diff"], found["grads"], tuple((t.shape, t.dtype, t.device) for t in inner_out))
     return graph, (*inner_in, *tangents), plan
-
-
-def _outer_tangents(boundary: Boundary, inner: Sequence[torch.Tensor]) -> list[Any]:
-    outs: list[Any] = []
-    i = 0
-    for meta in boundary.outputs:
-        if meta is None:
-            outs.append(inner[i])
-            i += 1
-        else:
-            outs.append(meta.rebuild(inner[i : i + len(meta.attrs)]))
-            i += len(meta.attrs)
-    return outs
 
 
 def training_program(boundary: Boundary, plan: Backward, forward: CompiledFn, backward: CompiledFn) -> CompiledFn:

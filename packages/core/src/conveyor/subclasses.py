@@ -104,16 +104,7 @@ class Boundary:
 
     def outer_outputs(self, inner: Sequence[Any]) -> list[Any]:
         """The program's outputs from the flat graph outputs."""
-        outs: list[Any] = []
-        i = 0
-        for meta in self.outputs:
-            if meta is None:
-                outs.append(inner[i])
-                i += 1
-                continue
-            outs.append(meta.rebuild(inner[i : i + len(meta.attrs)]))
-            i += len(meta.attrs)
-        return outs
+        return rebuild(self.outputs, inner)
 
     def wrap(self, compiled: CompiledFn) -> CompiledFn:
         """The compiled program, called with and returning subclass tensors."""
@@ -281,9 +272,15 @@ def flat_outer(values: Sequence[Any]) -> list[Any]:
 
 def outer_inputs(boundary: Boundary, inner: Sequence[Any]) -> list[Any]:
     """The program's inputs rebuilt from the inner ones (no autograd link)."""
+    return rebuild(boundary.inputs, inner)
+
+
+def rebuild(metas: Sequence[SubclassMeta | None], inner: Sequence[Any]) -> list[Any]:
+    """Plain values and subclass tensors rebuilt from their flat inner
+    tensors: one value per entry of ``metas`` (``None``: a plain value)."""
     outer: list[Any] = []
     i = 0
-    for meta in boundary.inputs:
+    for meta in metas:
         if meta is None:
             outer.append(inner[i])
             i += 1
