@@ -15,14 +15,10 @@ checks included), with a warning; in inference it compiles as usual.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
+import conveyor.fallback
 import torch
 import torch.fx
-from conveyor import Lowering, Request, call_graph
-from conveyor.fallback import warn_eager
-from conveyor.stage import CompiledFn
+from conveyor import Lowering, Request
 
 aten = torch.ops.aten
 
@@ -50,22 +46,9 @@ def eager_lowering(request: Request, stage: str, node: torch.fx.Node) -> Lowerin
     """Run ``request``'s graph on the caller's tensors with eager's autograd,
     with a warning naming ``node``; the next stage gets a graph that returns
     nothing."""
-    warn_eager(
-        f"a program (stage '{stage}')",
+    return conveyor.fallback.eager_lowering(
+        request,
+        stage,
         f"eager's backward of {node.target} checks the gradient it gets (it raises for a loss that depends on "
         "the vectors' phase); a traced backward has no such check (Note [Backwards that check their gradient])",
     )
-    empty = torch.fx.Graph()
-    for k, value in enumerate(request.inputs):
-        empty.placeholder(f"arg{k}").meta["val"] = value
-    empty.output(())
-    inner = request.replace(graph=torch.fx.GraphModule(torch.nn.Module(), empty))
-    graph = request.graph
-
-    def wrap(_: CompiledFn) -> CompiledFn:
-        def run(args: Sequence[Any]) -> Sequence[Any]:
-            return call_graph(graph, list(args))
-
-        return run
-
-    return Lowering((inner,), wrap)

@@ -28,7 +28,7 @@ import functools
 import os
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +37,8 @@ from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 
 from conveyor.errors import ConveyorError
+from conveyor.grad_regions import call_graph
+from conveyor.stage import CompiledFn, Lowering, Request
 
 
 class EagerFallback(ConveyorError):
@@ -45,6 +47,29 @@ class EagerFallback(ConveyorError):
 
 def warn_eager(what: str, reason: str) -> None:
     warnings.warn(f"conveyor: running {what} eagerly: {reason}", stacklevel=3)
+
+
+def eager_lowering(request: Request, stage: str, reason: str) -> Lowering:
+    """A wrapper stage's warned eager fallback for one program: the
+    run-time half runs ``request``'s graph on the caller's tensors (aten ops,
+    each under its captured grad mode: eager's semantics, autograd included),
+    and the inner stages get a graph that takes the same inputs and returns
+    nothing. Warns once, at compile time, naming ``stage`` and ``reason``."""
+    warn_eager(f"a program (stage '{stage}')", reason)
+    empty = torch.fx.Graph()
+    for k, value in enumerate(request.inputs):
+        empty.placeholder(f"arg{k}").meta["val"] = value
+    empty.output(())
+    inner = request.replace(graph=torch.fx.GraphModule(torch.nn.Module(), empty))
+    graph = request.graph
+
+    def wrap(_: CompiledFn) -> CompiledFn:
+        def run(args: list[Any]) -> Sequence[Any]:
+            return call_graph(graph, args)
+
+        return run
+
+    return Lowering((inner,), wrap)
 
 
 @contextlib.contextmanager

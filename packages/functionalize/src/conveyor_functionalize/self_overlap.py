@@ -22,11 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import conveyor.fallback
 import torch
 import torch.fx
-from conveyor import Lowering, Request, call_graph
-from conveyor.fallback import warn_eager
-from conveyor.stage import CompiledFn
+from conveyor import Lowering, Request
 
 #: above this many elements the exact check is not run and the layout is
 #: taken to overlap itself (the fallback is always right, only slower)
@@ -68,32 +67,17 @@ def written_self_overlapping(inputs: Sequence[Any], written: Sequence[bool]) -> 
 
 
 def eager_lowering(request: Request, stage: str, inputs: Sequence[int], reason: str = "") -> Lowering:
-    """A lowering that runs ``request``'s graph on the caller's tensors (aten
-    ops, each under its captured grad mode: eager's semantics, autograd
-    included), with a warning naming ``stage``, the inputs and ``reason``
-    (default: Note [Writes through a self-overlapping input]). The inner
-    stages get a graph that takes the same inputs and returns nothing."""
-    warn_eager(
-        f"a program (stage '{stage}')",
-        (f"input(s) {list(inputs)}: {reason}" if inputs else reason)
-        if reason
-        else f"it writes through input(s) {list(inputs)}, whose elements share memory: functionalization cannot "
-        "express such a write (Note [Writes through a self-overlapping input])",
-    )
-    empty = torch.fx.Graph()
-    for k, value in enumerate(request.inputs):
-        empty.placeholder(f"arg{k}").meta["val"] = value
-    empty.output(())
-    inner = request.replace(graph=torch.fx.GraphModule(torch.nn.Module(), empty))
-    graph = request.graph
-
-    def wrap(_: CompiledFn) -> CompiledFn:
-        def run(args: list[Any]) -> Sequence[Any]:
-            return call_graph(graph, args)
-
-        return run
-
-    return Lowering((inner,), wrap)
+    """``conveyor.fallback.eager_lowering`` with a warning naming the inputs
+    and ``reason`` (default: Note [Writes through a self-overlapping
+    input])."""
+    if not reason:
+        reason = (
+            f"it writes through input(s) {list(inputs)}, whose elements share memory: functionalization cannot "
+            "express such a write (Note [Writes through a self-overlapping input])"
+        )
+    elif inputs:
+        reason = f"input(s) {list(inputs)}: {reason}"
+    return conveyor.fallback.eager_lowering(request, stage, reason)
 
 
 # Note [Sparse compressed inputs that require grad]: torch 2.13's functional
