@@ -21,10 +21,8 @@ from typing import Any
 
 import conveyor
 import torch
-from conveyor import Request
+from conveyor import CompiledFn, Request
 from torch._subclasses.fake_tensor import FakeTensorMode
-
-from conveyor_triton.program import Program
 
 #: specializations kept per graph (a long decode loop sees a new length per token)
 LIMIT = 64
@@ -56,11 +54,11 @@ class PerSizes:
     :param compile_static: the backend's compile for a static request.
     """
 
-    def __init__(self, request: Request, compile_static: Callable[[Request], Program]) -> None:
+    def __init__(self, request: Request, compile_static: Callable[[Request], CompiledFn]) -> None:
         self.request = request
         self.compile_static = compile_static
-        self.programs: OrderedDict[Hashable, Program] = OrderedDict()
-        self._shown: Program | None = None
+        self.programs: OrderedDict[Hashable, CompiledFn] = OrderedDict()
+        self._shown: CompiledFn | None = None
 
     def __call__(self, args: list[Any]) -> Sequence[Any]:
         key = tuple(_signature(a) for a in args)
@@ -77,7 +75,7 @@ class PerSizes:
             self._shown = program
         return program(args)
 
-    def _specialize(self, args: Sequence[Any]) -> Program:
+    def _specialize(self, args: Sequence[Any]) -> CompiledFn:
         fake_mode = FakeTensorMode()
         fakes = [fake_mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
         graph = self.request.graph
