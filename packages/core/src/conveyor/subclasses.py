@@ -212,15 +212,7 @@ def desugar(
     outputs: list[tuple[SubclassMeta | None, ...]] = []
 
     def inner_fn(*inner: Any) -> tuple[Any, ...]:
-        outer: list[Any] = []
-        i = 0
-        for meta in metas:
-            if meta is None:
-                outer.append(inner[i])
-                i += 1
-            else:
-                outer.append(meta.rebuild(inner[i : i + len(meta.attrs)]))
-                i += len(meta.attrs)
+        outer = rebuild(metas, inner)
         with torch.no_grad() if train else contextlib.nullcontext():
             outs = fn(*outer)
         refuse_unsupported(outs)
