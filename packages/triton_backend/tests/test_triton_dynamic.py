@@ -45,3 +45,14 @@ def test_symbolic_training_with_the_autograd_stage() -> None:
         check(mlp, torch.randn(n, 4), w1, w2, compile=lambda f: compiled, atol=1e-5, rtol=1e-4)
     assert compiled.compiles == 1
     assert any(r.kernels for r in conveyor_triton.reports(compiled))
+
+
+def test_dynamic_with_a_sparse_input_runs() -> None:
+    # sparse inputs keep static sizes today; the per-size key must still not ask them for strides
+    def spmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(a, b).relu()
+
+    compiled = conveyor.compile(spmm, backend="triton", dynamic=True)
+    for n in (3, 5):
+        a, b = torch.randn(n, 4).relu().to_sparse(), torch.randn(4, 2)
+        torch.testing.assert_close(compiled(a, b), spmm(a, b))

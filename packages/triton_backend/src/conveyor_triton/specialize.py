@@ -89,5 +89,7 @@ class PerSizes:
 
 def _signature(a: Any) -> Hashable:
     if isinstance(a, torch.Tensor):
+        if a.layout is not torch.strided:  # sparse: no strides or offset to key on
+            return (a.layout, a.shape, a.dtype, a.device, a.requires_grad)
         return (a.shape, a.stride(), a.storage_offset(), a.dtype, a.device, a.requires_grad)
     return a
