@@ -47,9 +47,9 @@ from typing import Any
 
 import conveyor
 import torch
-import torch.utils._pytree as pytree
 from conveyor.errors import CaptureError
 from conveyor.testing import check
+from conveyor.testing.opinfo import sample_call
 from torch.testing._internal.common_methods_invocations import op_db
 
 #: (atol, rtol) by dtype; None: assert_close's defaults (exact for integers)
@@ -122,18 +122,8 @@ def sample_programs(
     for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=grad)):
         if i >= limit:
             return
-        leaves, spec = pytree.tree_flatten((s.input, s.args, s.kwargs))
-        positions = [k for k, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-
-        def fn(*tensors: Any, leaves: list[Any] = leaves, spec: Any = spec, positions: list[int] = positions) -> Any:
-            filled = list(leaves)
-            for k, t in zip(positions, tensors):
-                filled[k] = t
-            inp, args, kwargs = pytree.tree_unflatten(filled, spec)
-            out = op.op(inp, *args, **kwargs)
-            return torch.zeros_like(out) if name in UNINITIALIZED else out
-
-        tensors = [leaves[k] for k in positions]
+        call, tensors = sample_call(op.op, s)
+        fn = _zeros_like_result(call) if name in UNINITIALIZED else call
         if nonfinite:
             floating = [
                 j for j, t in enumerate(tensors) if t.is_floating_point() and t.numel() and t.layout is torch.strided
@@ -142,6 +132,15 @@ def sample_programs(
                 continue
             tensors[floating[0]] = _with_nonfinite(tensors[floating[0]])
         yield fn, tensors, grad
+
+
+def _zeros_like_result(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` with its result replaced by zeros (an op that returns uninitialized memory)."""
+
+    def fn(*tensors: Any) -> Any:
+        return torch.zeros_like(call(*tensors))
+
+    return fn
 
 
 class _Timeout(Exception):

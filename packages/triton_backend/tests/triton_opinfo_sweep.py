@@ -18,8 +18,8 @@ from typing import Any
 
 import conveyor_triton
 import torch
-import torch.utils._pytree as pytree
 from conveyor.testing import check
+from conveyor.testing.opinfo import sample_call
 from torch.testing._internal.common_methods_invocations import op_db
 
 OPS = (
@@ -60,17 +60,7 @@ def samples(name: str, dtype: torch.dtype, limit: int) -> Iterator[tuple[Callabl
     for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
         if i >= limit:
             return
-        leaves, spec = pytree.tree_flatten((s.input, s.args, s.kwargs))
-        positions = [k for k, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-
-        def fn(*tensors: Any, leaves: list[Any] = leaves, spec: Any = spec, positions: list[int] = positions) -> Any:
-            filled = list(leaves)
-            for k, t in zip(positions, tensors):
-                filled[k] = t
-            inp, args, kwargs = pytree.tree_unflatten(filled, spec)
-            return op.op(inp, *args, **kwargs)
-
-        yield fn, [leaves[k] for k in positions]
+        yield sample_call(op.op, s)
 
 
 def run(name: str, dtype: torch.dtype, compile: Callable[[Any], Any], limit: int = 6) -> Outcome:
