@@ -7,9 +7,10 @@ from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError, ConfigError, ConveyorError, PipelineError, StageError
 from conveyor.grad_regions import call_graph
 from conveyor.hookspecs import hookimpl
-from conveyor.pipeline import Pipeline, StageGraph
+from conveyor.pipeline import Pipeline
 from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.stamps import StageGraph, stamp
 
 __all__ = [
     "CaptureError",
@@ -33,4 +34,5 @@ __all__ = [
     "last_graphs",
     "resolve",
     "retrace",
+    "stamp",
 ]

@@ -38,13 +38,16 @@ def conveyor_run_stage(
 ) -> Lowering | CompiledFn | None:
     """Run one stage's compile-time half on a request.
 
-    Called by the pipeline driver once per stage per request, outermost stage
-    first. The core's own implementation calls ``stage.impl.lower(request,
+    Called by the pipeline driver's loop once per stage per request,
+    outermost stage first (every request of one stage before the next
+    stage). The core's own implementation calls ``stage.impl.lower(request,
     options)`` for a wrapper and ``stage.impl.compile(request, options)`` for a
     backend. Implement it as a new-style wrapper (``@hookimpl(wrapper=True)``,
     one ``yield``) to time stages, dump graphs or check invariants; the
     ``yield`` returns the stage's result, which the wrapper must return (or
-    replace). Stops at first non-None result.
+    replace). Stops at first non-None result. While it runs,
+    :func:`conveyor.stamp` records graphs for this stage and request (Note
+    [Stamps] in ``conveyor.stamps``).
 
     :param stage: the stage being run.
     :param request: the request the stage receives.

@@ -1,42 +1,27 @@
 """The pipeline driver: chosen stages, run outermost first, backend last.
 
-Compile time is one walk down the ordered stages; a wrapper stage's
-``Lowering`` hands one request (or several, e.g. forward and backward) to the
-next stage, and its ``wrap`` builds the run-time callable from the next
-stage's compiled callable(s) on the way back up. So the first stage's
-prologue runs first and its epilogue last at run time.
+Compile time is one flat loop over the ordered stages: each stage runs on
+every request the stage before it handed on (a wrapper's ``Lowering`` gives
+one request, or several: the autograd stage's forward and backward). On the
+way back, each wrapper's ``wrap`` builds its run-time callable from the
+compiled callables of its requests, innermost stage first, so the first
+stage's prologue runs first and its epilogue last at run time. Every graph
+is stamped (Note [Stamps] in ``conveyor.stamps``).
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
-
-import torch.fx
 
 from conveyor import ordering
 from conveyor.config import Config
 from conveyor.errors import ConfigError, ConveyorError, StageError
 from conveyor.plugins import Plugins, RegisteredStage
 from conveyor.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.stamps import StageGraph, collecting, log_graphs
 
-log = logging.getLogger("conveyor.graphs")
-
-
-@dataclass(frozen=True)
-class StageGraph:
-    """The graph one stage produced, stamped with the stage and the program."""
-
-    stage: str
-    label: str
-    graph: torch.fx.GraphModule
-
-    def __str__(self) -> str:
-        return f"# after {self.stage} ({self.label})\n{self.graph.code.strip()}\n"
+__all__ = ["Pipeline", "StageGraph", "build_plugins"]
 
 
 def build_plugins(config: Config) -> Plugins:
@@ -90,33 +75,55 @@ class Pipeline:
 
     def compile(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
         """Run every stage's compile-time half; return the run-time callable
-        and the graph after each stage."""
+        and every stamped graph, in the order they were made."""
         graphs: list[StageGraph] = [StageGraph("capture", request.label, request.graph)]
-        compiled = self._compile_from(0, request, graphs)
-        if os.environ.get("CONVEYOR_LOG_GRAPHS"):
-            for g in graphs:
-                print(g, file=sys.stderr)
-        return compiled, tuple(graphs)
+        requests: list[Request] = [request]
+        levels: list[list[Lowering]] = []  # per wrapper stage, a lowering per request it ran on
+        compiled: list[CompiledFn] = []
+        for stage in self.stages:
+            if stage.kind == "backend":
+                compiled = [self._compile(stage, r, graphs) for r in requests]
+                break
+            lowerings = [self._lower(stage, r, graphs) for r in requests]
+            levels.append(lowerings)
+            requests = [inner for lowering in lowerings for inner in lowering.requests]
+        for lowerings in reversed(levels):  # back up: each wrap takes its requests' compiled callables
+            taken = iter(compiled)
+            compiled = [lowering.wrap(*[next(taken) for _ in lowering.requests]) for lowering in lowerings]
+        log_graphs(tuple(graphs))
+        return compiled[0], tuple(graphs)
 
-    def _compile_from(self, index: int, request: Request, graphs: list[StageGraph]) -> CompiledFn:
-        stage = self.stages[index]
-        try:
-            result = self.plugins.run_stage(stage, request, self.options[stage.name])
-        except ConveyorError:
-            raise
-        except Exception as exc:
-            raise StageError(stage.name, f"{type(exc).__name__}: {exc}") from exc
-        if stage.kind == "backend":
-            if not callable(result):
-                raise StageError(stage.name, f"backend returned {type(result).__name__}, not a callable")
-            graphs.append(StageGraph(stage.name, request.label, request.graph))
-            return result
+    def _lower(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering:
+        """A wrapper stage on one request: its stamps, then each request it hands on."""
+        result = self._run(stage, request, graphs)
         if not isinstance(result, Lowering):
             raise StageError(stage.name, f"lower() returned {type(result).__name__}, not a Lowering")
-        for inner in result.requests:
-            graphs.append(StageGraph(stage.name, inner.label, inner.graph))
-        compiled = [self._compile_from(index + 1, inner, graphs) for inner in result.requests]
-        return result.wrap(*compiled)
+        graphs += [StageGraph(stage.name, inner.label, inner.graph) for inner in result.requests]
+        return result
+
+    def _compile(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> CompiledFn:
+        """The backend on one request: its stamps, among them the graph it
+        lowered (the graph it received, when it stamps none)."""
+        mark = len(graphs)
+        result = self._run(stage, request, graphs)
+        if isinstance(result, Lowering) or not callable(result):
+            raise StageError(stage.name, f"backend returned {type(result).__name__}, not a callable")
+        if not any(not g.step for g in graphs[mark:]):
+            graphs.append(StageGraph(stage.name, request.label, request.graph))
+        return result
+
+    def _run(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering | CompiledFn:
+        """One stage on one request, through the ``conveyor_run_stage`` hook
+        (plugins wrap it: timing, dumps); what the stage stamps goes to ``graphs``."""
+        with collecting(stage.name, request.label) as stamps:
+            try:
+                result = self.plugins.run_stage(stage, request, self.options[stage.name])
+            except ConveyorError:
+                raise
+            except Exception as exc:
+                raise StageError(stage.name, f"{type(exc).__name__}: {exc}") from exc
+        graphs += stamps
+        return result
 
 
 def _options(stage: StageSpec, config: Config) -> dict[str, Any]:

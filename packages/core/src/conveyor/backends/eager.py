@@ -7,6 +7,7 @@ from typing import Any
 
 from conveyor.grad_regions import drop_inert_detaches
 from conveyor.stage import CompiledFn, Request
+from conveyor.stamps import stamp
 
 
 class EagerBackend:
@@ -16,6 +17,7 @@ class EagerBackend:
     def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
         # under no_grad a detach that only feeds other nodes is a node eager never runs
         graph = request.graph if request.grad_enabled else drop_inert_detaches(request.graph)
+        stamp(graph)  # the graph it runs (Note [Stamps])
 
         def run(args: list[Any]) -> Sequence[Any]:
             # the graph's own forward: nn.Module's call machinery (hooks, which
