@@ -24,4 +24,4 @@ def pipeline(partitioner: str = "min_cut", **config: Any) -> Callable[[Any], Any
 
 def labels(compiled: Any, stage: str = "autograd") -> list[str]:
     """The labels of the graphs ``stage`` produced on the last call."""
-    return [g.label for g in conveyor.last_graphs(compiled) if g.stage == stage]
+    return [g.label for g in conveyor.last_graphs(compiled) if g.stage == stage and not g.step]

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from conveyor import Lowering, Request, StageError
+from conveyor import Lowering, Request, StageError, stamp
 
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
 from conveyor_autograd.grad_mode_ops import with_grad_mode_on
@@ -52,6 +52,7 @@ class Autograd:
         joint = trace_joint(request)
         if joint is None:
             return Lowering.passthrough(request)
+        stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.stamps)
         parts = split(joint, partitioner(joint))
         return lower_split(request, parts)
 
@@ -72,7 +73,6 @@ def lower_split(request: Request, parts: Split) -> Lowering:
         inputs=_detached(bwd_inputs, request.fake_mode),
         fake_mode=request.fake_mode,
         grad_enabled=False,
-        facts=request.facts,
         label="backward",
     )
     function = program_function(parts.layout, parts.backward)  # Note [Inlined backward] in runtime.py
