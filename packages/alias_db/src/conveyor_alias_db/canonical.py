@@ -9,16 +9,22 @@ locations, element locations, reads and writes under these names.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch.fx
 
 from conveyor_alias_db.locations import NO_EFFECTS, RNG, WILDCARD, Effects, LocId, Locs, ValueFacts
 
-if TYPE_CHECKING:
-    from conveyor_alias_db.db import AliasDb
+
+class Analysis(Protocol):
+    """The public queries of ``AliasDb`` a snapshot reads."""
+
+    def nodes(self) -> Iterator[torch.fx.Node]: ...
+    def value_facts(self, value: torch.fx.Node) -> ValueFacts: ...
+    def effects(self, node: torch.fx.Node) -> Effects: ...
+    def expand(self, locs: Iterable[LocId]) -> Locs: ...
 
 CanonicalLocs = frozenset[Hashable]
 
@@ -34,7 +40,7 @@ class NodeSnapshot:
     writes: CanonicalLocs
 
 
-def snapshot(db: AliasDb) -> dict[torch.fx.Node, NodeSnapshot]:
+def snapshot(db: Analysis) -> dict[torch.fx.Node, NodeSnapshot]:
     """Every analysed node's facts, with locations named by their holders."""
     holders: dict[LocId, set[torch.fx.Node]] = {}
     for node in db.nodes():

@@ -101,9 +101,9 @@ class AliasDb:
         """Analyse every node of ``graph`` in order; placeholders take ``bindings``."""
         for node in graph.nodes:
             if node.op == "placeholder":
-                self._record(node, NodeFacts(bindings[node]))
+                self.record(node, NodeFacts(bindings[node]))
             else:
-                self._record(node, self._facts_of(node))
+                self.record(node, self._facts_of(node))
 
     def _facts_of(self, node: torch.fx.Node) -> NodeFacts:
         """Analyse one non-placeholder node whose inputs are analysed (a group: its whole inner graph)."""
@@ -130,11 +130,24 @@ class AliasDb:
                 effects = effects | self.effects(inner)
         return effects
 
-    # -------------------------------------------------------------- records
+    # ------------------------------------------- records (update primitives)
+    # The primitives the graph rewrites in ``conveyor_alias_db.grouping`` build on;
+    # a pass that keeps the analysis current itself may use them too, but must
+    # leave every node's facts as a rebuild would find them (``verify``).
 
-    def _record(self, node: torch.fx.Node, facts: NodeFacts) -> None:
+    def facts(self, node: torch.fx.Node) -> NodeFacts:
+        """Everything recorded about ``node``: where its value may live, what it
+        reads and writes, and what it lets escape."""
+        return NodeFacts(self.value_facts(node), self.effects(node), self._escapes.get(node, NO_LOCS))
+
+    def derive(self, node: torch.fx.Node) -> NodeFacts:
+        """The facts the analysis gives ``node`` now from the facts of its inputs
+        (a group node: its whole inner graph analysed afresh); records nothing."""
+        return self._facts_of(node)
+
+    def record(self, node: torch.fx.Node, facts: NodeFacts) -> None:
         """Store the analysis of ``node``, replacing what was there."""
-        self._forget(node)
+        self.forget(node)
         self._values[node] = facts.value
         self._set_effects(node, facts.effects)
         if facts.escapes:
@@ -154,7 +167,7 @@ class AliasDb:
         for loc in effects.writes:
             self._writers.setdefault(loc, set()).add(node)
 
-    def _forget(self, node: torch.fx.Node) -> None:
+    def forget(self, node: torch.fx.Node) -> None:
         """Drop everything recorded about ``node``."""
         self._values.pop(node, None)
         self._set_effects(node, NO_EFFECTS)
@@ -272,10 +285,12 @@ class AliasDb:
             return False
         if (anchor.op == "placeholder" and not after) or (anchor.op == "output" and after):
             return False
-        return all(self._may_pass(node, other) for other in _passed_over(node, anchor, after=after))
+        return all(self.may_swap(node, other) for other in _passed_over(node, anchor, after=after))
 
-    def _may_pass(self, node: torch.fx.Node, other: torch.fx.Node) -> bool:
-        """Whether ``node`` and ``other`` may swap places (they are neighbours in program order)."""
+    def may_swap(self, node: torch.fx.Node, other: torch.fx.Node) -> bool:
+        """Whether ``node`` and ``other``, neighbours in program order, may swap
+        places: neither uses the other's result, ``other`` is no placeholder, and
+        they do not conflict in memory."""
         if other in node.users or node in other.users or other.op == "placeholder":
             return False
         return not self.conflicts(node, other)
@@ -285,12 +300,12 @@ class AliasDb:
     def create_value(self, node: torch.fx.Node) -> None:
         """Record ``node`` as a new value in fresh memory that reads and writes nothing
         (for nodes a pass inserts whose result is known to be new memory)."""
-        self._record(node, NodeFacts(ValueFacts(frozenset({self._alloc.fresh()}))))
+        self.record(node, NodeFacts(ValueFacts(frozenset({self._alloc.fresh()}))))
         self._after_update()
 
     def add_node(self, node: torch.fx.Node) -> None:
         """Analyse a node a pass inserted (its inputs must be analysed already)."""
-        self._record(node, self._facts_of(node))
+        self.record(node, self._facts_of(node))
         self._after_update()
 
     def copy_aliasing(self, src: torch.fx.Node, dst: torch.fx.Node) -> None:
@@ -307,17 +322,17 @@ class AliasDb:
         old.replace_all_uses_with(new)
         self._values[new] = self.value_facts(old)
         old.graph.erase_node(old)
-        self._forget(old)
+        self.forget(old)
         self._after_update()
 
     def erase_node(self, node: torch.fx.Node) -> None:
         """Remove ``node`` (which must have no users) from its graph and from the analysis."""
         group = group_of(node)
         node.graph.erase_node(node)
-        self._forget(node)
+        self.forget(node)
         if group is not None:
             for inner in group.graph.nodes:
-                self._forget(inner)
+                self.forget(inner)
         self._after_update()
 
     def create_group(self, node: torch.fx.Node, name: str = "fused_group") -> torch.fx.Node:

@@ -16,16 +16,25 @@ the nodes between the node and the group), never O(graph).
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch.fx
 
 from conveyor_alias_db.group import FusedGroup, group_of
-from conveyor_alias_db.locations import NO_LOCS, ValueFacts
-from conveyor_alias_db.transfer import NodeFacts, node_facts
+from conveyor_alias_db.locations import Effects, ValueFacts
+from conveyor_alias_db.transfer import NodeFacts
 
-if TYPE_CHECKING:
-    from conveyor_alias_db.db import AliasDb
+
+class Analysis(Protocol):
+    """What the rewrites use of ``AliasDb``: its public queries and update primitives."""
+
+    def value_facts(self, value: torch.fx.Node) -> ValueFacts: ...
+    def effects(self, node: torch.fx.Node) -> Effects: ...
+    def facts(self, node: torch.fx.Node) -> NodeFacts: ...
+    def derive(self, node: torch.fx.Node) -> NodeFacts: ...
+    def record(self, node: torch.fx.Node, facts: NodeFacts) -> None: ...
+    def forget(self, node: torch.fx.Node) -> None: ...
+    def may_swap(self, node: torch.fx.Node, other: torch.fx.Node) -> bool: ...
 
 
 def _check_mergeable(node: torch.fx.Node) -> None:
@@ -35,16 +44,11 @@ def _check_mergeable(node: torch.fx.Node) -> None:
         raise ValueError(f"{node.name!r} is a fusion group itself; groups are not nested")
 
 
-def _own_facts(db: AliasDb, node: torch.fx.Node) -> NodeFacts:
-    """The recorded facts of ``node``, to be carried over to its inner copy."""
-    return NodeFacts(db.value_facts(node), db.effects(node), db._escapes.get(node, NO_LOCS))
-
-
 def _val(node: torch.fx.Node) -> object:
     return node.meta.get("val")
 
 
-def create_group(db: AliasDb, node: torch.fx.Node, name: str) -> torch.fx.Node:
+def create_group(db: Analysis, node: torch.fx.Node, name: str) -> torch.fx.Node:
     """Replace ``node`` by a group node running a copy of it; return the group node."""
     _check_mergeable(node)
     inner = torch.fx.Graph()
@@ -53,18 +57,18 @@ def create_group(db: AliasDb, node: torch.fx.Node, name: str) -> torch.fx.Node:
         placeholder = inner.placeholder(outer_input.name)
         placeholder.meta = dict(outer_input.meta)
         mapping[outer_input] = placeholder
-        db._record(placeholder, NodeFacts(db.value_facts(outer_input)))
+        db.record(placeholder, NodeFacts(db.value_facts(outer_input)))
     copy = inner.node_copy(node, mapping.__getitem__)
-    db._record(copy, _own_facts(db, node))
+    db.record(copy, db.facts(node))
     outputs = (copy,) if node.users else ()  # as in a merge: only values read outside
     out = inner.output(outputs)
-    db._record(out, node_facts(out, db.value_facts, db._alloc))
+    db.record(out, db.derive(out))
 
     target = FusedGroup(inner, name)
     graph = node.graph
     with graph.inserting_before(node):
         group = graph.call_function(target, tuple(node.all_input_nodes))
-    db._record(group, NodeFacts(ValueFacts.of_items(tuple(db.value_facts(o) for o in outputs)), db.effects(node)))
+    db.record(group, NodeFacts(ValueFacts.of_items(tuple(db.value_facts(o) for o in outputs)), db.effects(node)))
     if "val" in node.meta:
         group.meta["val"] = tuple(_val(o) for o in outputs)
     if outputs:
@@ -72,10 +76,10 @@ def create_group(db: AliasDb, node: torch.fx.Node, name: str) -> torch.fx.Node:
             element = graph.call_function(operator.getitem, (group, 0))
         if "val" in node.meta:
             element.meta["val"] = _val(node)
-        db._record(element, NodeFacts(db.value_facts(node)))
+        db.record(element, NodeFacts(db.value_facts(node)))
         node.replace_all_uses_with(element)
     graph.erase_node(node)
-    db._forget(node)
+    db.forget(node)
     return group
 
 
@@ -97,7 +101,7 @@ def _passed_over(group: torch.fx.Node, node: torch.fx.Node) -> list[torch.fx.Nod
     return between
 
 
-def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> None:
+def merge_into_group(db: Analysis, group: torch.fx.Node, node: torch.fx.Node) -> None:
     """Move ``node`` into ``group`` (Note [Merging in place]); ``ValueError`` if it
     cannot move next to the group without changing the result."""
     target = group_of(group)
@@ -109,7 +113,7 @@ def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> 
     if node.target is operator.getitem and node.args[0] is group:
         raise ValueError(f"{node.name!r} reads an output of {group.name!r}; merge its users instead")
     for other in _passed_over(group, node):
-        if not db._may_pass(node, other):
+        if not db.may_swap(node, other):
             raise ValueError(f"cannot merge {node.name!r} into {group.name!r}: it cannot move past {other.name!r}")
 
     before = node < group
@@ -133,7 +137,7 @@ def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> 
                 with inner.inserting_after(last_placeholder):
                     placeholder = inner.placeholder(outer.name)
             placeholder.meta = dict(outer.meta)
-            db._record(placeholder, NodeFacts(db.value_facts(outer)))
+            db.record(placeholder, NodeFacts(db.value_facts(outer)))
             by_input[outer] = last_placeholder = placeholder
             inputs.append(outer)
         return by_input[outer]
@@ -145,14 +149,14 @@ def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> 
         anchor = target.output_node()
     with inner.inserting_before(anchor):
         copy = inner.node_copy(node, mapped.__getitem__)
-    db._record(copy, _own_facts(db, node))
+    db.record(copy, db.facts(node))
 
     if before and node in by_input:
         # the group read node's result: its placeholder becomes the inner copy
         placeholder = by_input.pop(node)
         placeholder.replace_all_uses_with(copy)
         inner.erase_node(placeholder)
-        db._forget(placeholder)
+        db.forget(placeholder)
         inputs.remove(node)
     group.args = tuple(inputs)
 
@@ -163,19 +167,19 @@ def merge_into_group(db: AliasDb, group: torch.fx.Node, node: torch.fx.Node) -> 
         if "val" in node.meta:
             element.meta["val"] = _val(node)
         outputs.append(copy)
-        db._record(element, NodeFacts(db.value_facts(node)))
+        db.record(element, NodeFacts(db.value_facts(node)))
         node.replace_all_uses_with(element)
     node.graph.erase_node(node)
-    db._forget(node)
+    db.forget(node)
     _drop_unread_outputs(db, group, outputs)
 
     out = target.output_node()
     out.args = (tuple(outputs),)
-    db._record(out, node_facts(out, db.value_facts, db._alloc))
+    db.record(out, db.derive(out))
     if "val" in group.meta:
         group.meta["val"] = tuple(_val(o) for o in outputs)
     value = ValueFacts.of_items(tuple(db.value_facts(o) for o in outputs))
-    db._record(group, NodeFacts(value, db.effects(group) | db.effects(copy)))
+    db.record(group, NodeFacts(value, db.effects(group) | db.effects(copy)))
     target.changed()
 
 
@@ -187,7 +191,7 @@ def _element_index(element: torch.fx.Node) -> int:
     return index
 
 
-def _drop_unread_outputs(db: AliasDb, group: torch.fx.Node, outputs: list[torch.fx.Node]) -> None:
+def _drop_unread_outputs(db: Analysis, group: torch.fx.Node, outputs: list[torch.fx.Node]) -> None:
     """Remove the group outputs no ``getitem`` reads any more and renumber the rest."""
     elements = {_element_index(gi): gi for gi in group.users}
     kept: list[torch.fx.Node] = []
@@ -196,7 +200,7 @@ def _drop_unread_outputs(db: AliasDb, group: torch.fx.Node, outputs: list[torch.
         if element is None or not element.users:
             if element is not None:
                 group.graph.erase_node(element)
-                db._forget(element)
+                db.forget(element)
             continue
         if element.args[1] != len(kept):
             element.args = (group, len(kept))
