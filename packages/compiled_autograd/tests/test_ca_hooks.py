@@ -34,7 +34,9 @@ def _hooked_steps(ctx: Any) -> tuple[list[Any], nn.Module, torch.Tensor]:
     (kind and the value each saw), the model and the input."""
     model = mlp()
     log: list[Any] = []
-    model[0].register_full_backward_hook(lambda m, gi, go: log.append(("module", go[0].sum().item(), gi[0].sum().item())))
+    model[0].register_full_backward_hook(
+        lambda m, gi, go: log.append(("module", go[0].sum().item(), gi[0].sum().item()))
+    )
     model[2].register_full_backward_pre_hook(lambda m, go: log.append(("module_pre", go[0].sum().item())))
     model[0].weight.register_post_accumulate_grad_hook(lambda p: log.append(("post_acc", p.grad.sum().item())))
     model[2].bias.register_hook(lambda g: log.append(("leaf", g.sum().item())))
@@ -213,3 +215,45 @@ def test_hook_sees_eager_gradient_for_a_leaf_input() -> None:
         model(x).sum().backward()
     assert len(seen) == 2
     torch.testing.assert_close(seen[1], seen[0])
+
+
+def test_queued_callbacks_of_another_thread_stay_with_its_own_backward() -> None:
+    """Note [Queued callbacks]: a captured backward and an eager backward in
+    another thread run at the same time, each queueing a callback while the
+    other is inside its backward: each callback runs at the end of its own
+    thread's backward."""
+    import threading
+
+    events: list[str] = []
+    a_inside, b_inside, a_queued, b_done = (threading.Event() for _ in range(4))
+
+    def b_hook(g: torch.Tensor) -> None:
+        b_inside.set()
+        a_queued.wait(timeout=30)
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: events.append("eager callback"))
+
+    def eager_backward_in_other_thread() -> None:
+        a_inside.wait(timeout=30)
+        y = torch.ones(3, requires_grad=True) * 2
+        y.register_hook(b_hook)
+        y.sum().backward()
+        events.append("eager returned")
+        b_done.set()
+
+    def a_hook(g: torch.Tensor) -> None:
+        a_inside.set()
+        b_inside.wait(timeout=30)
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: events.append("captured callback"))
+        a_queued.set()
+        b_done.wait(timeout=30)
+
+    other = threading.Thread(target=eager_backward_in_other_thread)
+    other.start()
+    model = mlp()
+    with cca.enable():
+        y = model(torch.ones(2, 4))
+        y.register_hook(a_hook)
+        y.sum().backward()
+        events.append("captured returned")
+    other.join(timeout=30)
+    assert events == ["eager callback", "eager returned", "captured callback", "captured returned"]

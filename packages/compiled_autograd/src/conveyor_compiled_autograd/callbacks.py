@@ -5,19 +5,22 @@ graph task but never runs them: the capture ends with a stub that only
 dynamo knows how to replace, so without dynamo they are dropped (verified
 with torch 2.13).
 
-While one captured backward runs, :func:`collecting` puts a stand-in in
-front of the engine object that ``torch.autograd`` reaches through
-``Variable._execution_engine``: ``queue_callback`` made during this backward
-is kept here and run at the stub, in order, with callbacks queued by
-callbacks run too, as the engine does. Everything else, and every call made
-during a backward nested in this one (a reentrant checkpoint, a hook that
-calls ``torch.autograd.grad``), goes to the real engine untouched. The
-stand-in is put back in ``finally``; it is never installed outside a
-captured backward's run.
+While any thread runs a captured backward, a stand-in sits in front of the
+engine object that ``torch.autograd`` reaches through
+``Variable._execution_engine`` (installed by the first such run, removed by
+the last: counted under a lock). The stand-in forwards everything to the
+real engine, except ``queue_callback`` made by a thread that is running a
+captured backward (its :class:`Collector`, kept per thread): that callback
+is kept and run at the stub, in order, with callbacks queued by callbacks
+run too, as the engine does. A call from any other thread, and every call
+made during a backward nested in the captured one (a reentrant checkpoint, a
+hook that calls ``torch.autograd.grad``), goes to the real engine untouched,
+so the swap changes nothing for code that is not ours.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,29 +28,12 @@ from typing import Any
 import torch
 
 
-class _Engine:
-    """The engine, with this backward's ``queue_callback`` kept aside."""
+class Collector:
+    """The callbacks queued by one captured backward's own thread."""
 
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
+    def __init__(self) -> None:
         self.pending: list[Callable[[], Any]] = []
-        self._nested = 0
-
-    def queue_callback(self, callback: Callable[[], Any]) -> None:
-        if self._nested:
-            self._engine.queue_callback(callback)
-        else:
-            self.pending.append(callback)
-
-    def run_backward(self, *args: Any, **kwargs: Any) -> Any:
-        self._nested += 1
-        try:
-            return self._engine.run_backward(*args, **kwargs)
-        finally:
-            self._nested -= 1
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
+        self.nested = 0  # backwards run inside this one: theirs go to the engine
 
     def run_pending(self) -> None:
         """Run the queued callbacks, and those they queue, in order."""
@@ -55,14 +41,55 @@ class _Engine:
             self.pending.pop(0)()
 
 
+class _Engine:
+    """The engine, with ``queue_callback`` of a captured backward's thread kept aside."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+
+    def queue_callback(self, callback: Callable[[], Any]) -> None:
+        collector = getattr(_local, "collector", None)
+        if collector is None or collector.nested:
+            self._engine.queue_callback(callback)
+        else:
+            collector.pending.append(callback)
+
+    def run_backward(self, *args: Any, **kwargs: Any) -> Any:
+        collector = getattr(_local, "collector", None)
+        if collector is None:
+            return self._engine.run_backward(*args, **kwargs)
+        collector.nested += 1
+        try:
+            return self._engine.run_backward(*args, **kwargs)
+        finally:
+            collector.nested -= 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+_local = threading.local()
+_lock = threading.Lock()
+_installed: list[Any] = [None, 0]  # the real engine while the stand-in is installed, and how many runs hold it
+
+
 @contextmanager
-def collecting() -> Iterator[_Engine]:
-    """The stand-in engine for one captured backward's run (see the module docstring)."""
+def collecting() -> Iterator[Collector]:
+    """This thread's collector for one captured backward's run (see the module docstring)."""
     variable = torch.autograd.Variable
-    real = variable._execution_engine
-    stand_in = _Engine(real)
-    variable._execution_engine = stand_in  # type: ignore[assignment]
+    with _lock:
+        if _installed[1] == 0:
+            _installed[0] = variable._execution_engine
+            variable._execution_engine = _Engine(_installed[0])  # type: ignore[assignment]
+        _installed[1] += 1
+    outer = getattr(_local, "collector", None)
+    collector = _local.collector = Collector()
     try:
-        yield stand_in
+        yield collector
     finally:
-        variable._execution_engine = real
+        _local.collector = outer
+        with _lock:
+            _installed[1] -= 1
+            if _installed[1] == 0:
+                variable._execution_engine = _installed[0]  # type: ignore[assignment]
+                _installed[0] = None
