@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("CONVEYOR_CACHE", "0")  # first calls compile (the disk cache: benchmarks/disk_cache.py)
 
 import conveyor  # noqa: E402
 import torch  # noqa: E402
