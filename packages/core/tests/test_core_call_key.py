@@ -95,6 +95,25 @@ def _changes() -> list[tuple[str, Callable[[Scale], None]]]:
     def new_buffer(m: Scale) -> None:
         m.register_buffer("unused", torch.zeros(2))
 
+    def half(m: Scale) -> None:
+        m.half()  # parameters by .data =, buffers replaced in the dict
+
+    def to_double(m: Scale) -> None:
+        m.to(torch.float64)
+
+    def set_storage(m: Scale) -> None:
+        buffer = m.c
+        assert isinstance(buffer, torch.Tensor)
+        with torch.no_grad():
+            buffer.set_(m.b.detach())  # the same object, now in b's storage
+
+    def buffer_replaced(m: Scale) -> None:
+        m.c = torch.tensor([[2.0], [3.0], [-1.0]])  # another shape: broadcasts differently
+
+    def deleted_and_set(m: Scale) -> None:
+        del m.act
+        m.act = torch.nn.Sigmoid()
+
     return [
         ("parameter swapped", swap),
         ("requires_grad flipped", flip),
@@ -106,6 +125,11 @@ def _changes() -> list[tuple[str, Callable[[Scale], None]]]:
         ("parameter set to None", to_none),
         ("submodule replaced", new_submodule),
         ("buffer added", new_buffer),
+        ("module.half()", half),
+        ("module.to(float64)", to_double),
+        ("buffer.set_(parameter)", set_storage),
+        ("buffer replaced", buffer_replaced),
+        ("submodule deleted and set", deleted_and_set),
     ]
 
 

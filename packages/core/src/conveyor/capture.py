@@ -14,7 +14,7 @@ mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,48 +98,70 @@ class CallLayout:
 class ModuleState:
     """A module's parameters and buffers, gathered cheaply on every call.
 
-    Note [Module state per call]: the submodule list is kept between calls
-    and re-read only when the module tree's signature changes: each
-    module's children (by identity) and the names, in order, of its
-    parameters and buffers. The tensors themselves are read fresh each call
-    (a swapped parameter is seen at once; its metadata is keyed by
-    ``conveyor.cache.call_key``), in the order of ``lifted_state``.
-    ``structure`` (the submodules and the lifted names) is part of the
-    compile-cache key, so a replaced submodule or a re-registered parameter
-    that moves in the order compiles again rather than reusing a graph
-    traced for the old tree.
+    Note [Module state per call]: the submodule list and the lifted tensors
+    are kept between calls and read again only when one of the dicts that
+    decide them changed: each module's ``__dict__`` (its training flag, and
+    the dicts below themselves), ``_parameters``, ``_buffers`` and
+    ``_modules``. A change is seen by the dicts' version tags
+    (``torch._C._dynamo.guards.dict_version``: CPython bumps a dict's tag on
+    every write that changes it), read with one ``map`` per call, so a
+    swapped parameter, a new submodule or buffer, ``m.a = None``, ``del``
+    and ``train()``/``eval()`` all refresh the list, and ``version`` counts
+    the refreshes. What changes a lifted tensor in place (``requires_grad_``,
+    ``resize_``, ``.data =``, ``.to()`` on parameters) leaves the list as it
+    is: the tensors' metadata is checked per call (Note [A guard per
+    entry]). ``structure`` (the submodules and the lifted names, in the
+    order of ``lifted_state``) is part of the compile-cache key, so a
+    replaced submodule or a re-registered parameter that moves in the order
+    compiles again rather than reusing a graph traced for the old tree.
     """
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
+        self.version = 0
         self._refresh()
 
     def _refresh(self) -> None:
         self.modules = tuple(m for _, m in self.module.named_modules(remove_duplicate=False))
-        self._signature = _tree_signature(self.modules)
-        self.structure = (self.modules, tuple(lifted_state(self.module)[0]))
+        self._dicts = tuple(d for m in self.modules for d in (m.__dict__, m._parameters, m._buffers, m._modules))
+        self._tags = _tags(self._dicts)
+        names, tensors = lifted_state(self.module)
+        self.structure = (self.modules, tuple(names))
+        self._tensors = tuple(tensors)
+        self.version += 1
 
-    def tensors(self) -> list[torch.Tensor]:
-        if _tree_signature(self.modules) != self._signature:
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """The lifted parameters and buffers, in the order of ``lifted_state``."""
+        if _tags(self._dicts) != self._tags:
             self._refresh()
-        params = [p for m in self.modules for p in m._parameters.values() if p is not None]
-        return params + [b for m in self.modules for b in m._buffers.values() if b is not None]
+        return self._tensors
 
     def training(self) -> tuple[bool, ...]:
         return tuple(m.training for m in self.modules)
 
 
-def _tree_signature(modules: Sequence[torch.nn.Module]) -> list[tuple[Any, ...]]:
-    """Each module's children, and the names of its parameters and buffers
-    that are not ``None`` (those ``lifted_state`` lifts), in order."""
-    return [
-        (
-            tuple(m._modules.values()),
-            tuple([k for k, p in m._parameters.items() if p is not None]),
-            tuple([k for k, b in m._buffers.items() if b is not None]),
-        )
-        for m in modules
-    ]
+def _dict_tags(versions: bool = True) -> Callable[[Sequence[dict[str, Any]]], Hashable]:
+    """Version tags of dicts, read with no Python loop: CPython's, where
+    torch exposes them and they behave (checked here, once); else (or with
+    ``versions=False``) each dict's keys and the identity of its values
+    (slower, as exact for what ``ModuleState`` holds: the values it reads
+    are kept alive by it, so no identity is reused)."""
+    try:
+        from torch._C._dynamo.guards import dict_version
+
+        d: dict[str, Any] = {"a": 1}
+        before = dict_version(d)
+        d["a"] = d["a"]  # no change: the same tag
+        same = dict_version(d) == before
+        d["b"] = 2
+        if versions and same and dict_version(d) != before:
+            return lambda dicts: tuple(map(dict_version, dicts))
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        pass
+    return lambda dicts: tuple((tuple(d), tuple(map(id, d.values()))) for d in dicts)
+
+
+_tags = _dict_tags()
 
 
 def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:

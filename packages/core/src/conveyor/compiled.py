@@ -15,10 +15,12 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.hooks import RemovableHandle
 
 from conveyor import cache, dynamic_shapes
 from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
+from conveyor.entry_guard import EntryGuard
 from conveyor.errors import CaptureError
 from conveyor.fallback import EagerFallback, warn_eager, watching_capture
 from conveyor.objects import ObjectArgs, walk_args
@@ -66,6 +68,10 @@ class Compiled:
         self._dims: dict[Hashable, frozenset[tuple[int, int]]] = {}
         self._static_only: set[Hashable] = set()
         self._sized: dict[Hashable, Entry] = {}  # full key -> symbolic entry whose guards held
+        # Note [A guard per entry]: by the call's structure, non-tensor values, grad mode and autocast
+        self._guards: dict[Hashable, list[EntryGuard]] = {}
+        self._epoch: tuple[int, int] = (-1, -1)  # the module state's version and the hook counter they hold for
+        self._keyed = tuple(s.cache_key for s in self.pipeline.stages if s.cache_key is not None)
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -77,14 +83,15 @@ class Compiled:
 
     # -- the per-call path -------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        state = self._state.tensors() if self._state is not None else []
+        state = self._state.tensors() if self._state is not None else ()
         constants: tuple[tuple[int, Any], ...]
         spec_key: Hashable
         objects: ObjectArgs | None = None
+        in_spec: pytree.TreeSpec | None = None
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             # the common case, without pytree's cost: positional tensors only
-            leaves, in_spec = list(args), _positional_spec(len(args))
-            tensors, constants, spec_key = leaves, (), len(args)
+            leaves = tensors = args
+            constants, spec_key = (), len(args)
         else:
             leaves, in_spec = pytree.tree_flatten((args, kwargs))
             objects = walk_args(leaves)  # Note [Python objects in and out]
@@ -98,7 +105,47 @@ class Compiled:
                 tensors += objects.tensors
                 spec_key = (in_spec, objects.key)
         flat = [*state, *tensors]
-        key = self._key(flat, spec_key, constants)
+        # Note [A guard per entry]: the guards of this argument structure first
+        values = _hashable_constants(constants) if constants else ()
+        coarse = (spec_key, values, torch.is_grad_enabled(), cache._autocast_key())
+        if self._state is not None and self._epoch != (self._state.version, RemovableHandle.next_id):
+            self._guards.clear()  # the module's tree, training flags or hooks changed: keys again
+            self._epoch = (self._state.version, RemovableHandle.next_id)
+        guards = self._guards.get(coarse)
+        entry = None
+        if guards is not None:
+            for guard in guards:
+                if guard.check(tensors, state, flat):
+                    entry = guard.entry
+                    break
+        if entry is None:
+            if in_spec is None:
+                in_spec = _positional_spec(len(args))
+            entry = self._lookup(flat, spec_key, values, in_spec, leaves, constants, objects)
+            guard = EntryGuard.of(tensors, state, flat, self._keyed, entry)
+            if guard is not None:
+                guards = self._guards.setdefault(coarse, [])
+                guards.insert(0, guard)
+                del guards[_GUARDS:]
+        self.last = entry
+        if entry.eager:
+            return self.fn(*args, **kwargs)
+        outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
+        return entry.layout.unflatten_outputs(outs, objects.containers if objects is not None else ())
+
+    def _lookup(
+        self,
+        flat: list[Any],
+        spec_key: Hashable,
+        values: tuple[tuple[int, Any], ...],
+        in_spec: pytree.TreeSpec,
+        leaves: Sequence[Any],
+        constants: tuple[tuple[int, Any], ...],
+        objects: ObjectArgs | None,
+    ) -> Entry:
+        """The entry of this call's full key (``values``: the non-tensor
+        arguments, hashable): cached, or compiled now."""
+        key = self._key(flat, spec_key, values)
         entry = self._cache.get(key) or self._sized.get(key)
         if entry is None:
             entry = self._miss(key, flat, in_spec, leaves, constants, objects)
@@ -108,24 +155,18 @@ class Compiled:
                 self._sized[key] = entry
                 if len(self._sized) > _SIZED:
                     del self._sized[next(iter(self._sized))]
-        self.last = entry
-        if entry.eager:
-            return self.fn(*args, **kwargs)
-        outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
-        return entry.layout.unflatten_outputs(outs, objects.containers if objects is not None else ())
+        return entry
 
-    def _key(self, flat: Sequence[Any], spec_key: Hashable, constants: tuple[tuple[int, Any], ...]) -> Hashable:
-        if constants:
-            constants = _hashable_constants(constants)
+    def _key(self, flat: Sequence[Any], spec_key: Hashable, values: tuple[tuple[int, Any], ...]) -> Hashable:
         with cache.keying(flat):  # Note [A cheap call key]
             core = cache.call_key(flat)
-            stage_keys = tuple([s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None])
+            stage_keys = tuple([s(flat) for s in self._keyed])
         state = self._state
         if state is None:
-            return (spec_key, constants, (), core, stage_keys, boundary_key(flat), (), ())
+            return (spec_key, values, (), core, stage_keys, boundary_key(flat), (), ())
         # Note [Forward hooks]; Note [Module state per call]
         structure, hooks = state.structure, hooks_key(state.modules)
-        return (spec_key, constants, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
+        return (spec_key, values, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
 
     # -- a cache miss -------------------------------------------------------
     def _miss(
@@ -237,6 +278,8 @@ class Compiled:
 
 #: full keys remembered for symbolic entries (each a per-call guard check saved)
 _SIZED = 256
+#: entry guards kept per coarse key, the latest first (more take the full key)
+_GUARDS = 8
 
 
 def _no_compiled(args: list[Any]) -> Sequence[Any]:

@@ -18,6 +18,7 @@ run-time key, so another value compiles again.
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -58,6 +59,11 @@ class DynamoCompiled:
             )
             return
         self._items = _read_with_item(gm, example_inputs)
+        self._keyed = tuple(s.cache_key for s in pipeline.stages if s.cache_key is not None)
+        # dynamo's tensor guards hold requires_grad: these positions require grad on every call
+        self._grad_positions = tuple(
+            i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad
+        )
         # other grad modes / aliasing patterns / scalar values: compiled statically, keyed by shapes too
         self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]] | None] = {}
         self._lowered_key: Hashable = None
@@ -76,8 +82,8 @@ class DynamoCompiled:
 
     def _key(self, flat: Sequence[Any], shapes: bool) -> Hashable:
         with cache.keying(flat):  # storage groups computed once for the core and the stages
-            stage_keys = tuple([s.cache_key(flat) for s in self.pipeline.stages if s.cache_key is not None])
-            core = cache.call_key(flat) if shapes else _unguarded_key(flat)
+            stage_keys = tuple([s(flat) for s in self._keyed])
+            core = cache.call_key(flat) if shapes else _unguarded_key(flat, self._grad_positions)
         values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
         items = tuple(self._item_values(flat).items()) if self._items else ()
         return (core, stage_keys, values, items)
@@ -119,24 +125,29 @@ class DynamoCompiled:
         return entry[0](list(args))
 
 
-def _unguarded_key(flat: Sequence[Any]) -> Hashable:
+def _unguarded_key(flat: Sequence[Any], grad_positions: tuple[int, ...]) -> Hashable:
     """Note [What dynamo's guards decide]: the part of a call that dynamo's
     guards do not check but a compiled graph depends on: which inputs share
-    storage and each tensor's leafness; grad mode and autocast (dynamo's
-    global-state guard holds them too, but they are two reads per call, and
-    a mismatch would be a wrong graph, not a recompile). Python type
-    (``nn.Parameter`` at run time, a plain fake at lowering under
+    storage and the leafness of the inputs that require grad (the others are
+    leaves); grad mode and autocast (dynamo's global-state guard holds them
+    at the frame's entry, but a graph piece that DDPOptimizer split off may
+    start inside a region that changed them: two reads per call). Python
+    type (``nn.Parameter`` at run time, a plain fake at lowering under
     DDPOptimizer), dtype, device, sizes, strides and ``requires_grad`` are
     what dynamo's tensor guards check on every input: keying on them here
     would be that work again per call (and would compile again, statically,
-    what the lowered graph already serves). One pass per part, no Python
-    loop beyond a comprehension."""
+    what the lowered graph already serves). No Python loop over the inputs:
+    ``map`` over the positions that require grad, and the core's storage
+    scan (``cache.storage_groups``)."""
     return (
         torch.is_grad_enabled(),
         cache._autocast_key(),
-        tuple([x.is_leaf if isinstance(x, torch.Tensor) else None for x in flat]),
+        tuple(map(_is_leaf, map(flat.__getitem__, grad_positions))) if grad_positions else (),
         cache.storage_groups(flat),
     )
+
+
+_is_leaf = operator.attrgetter("is_leaf")
 
 
 def _read_with_item(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, ...]:
