@@ -21,6 +21,7 @@ from typing import Any
 import conveyor
 import torch
 from conveyor import CompiledFn, Lowering, Request
+from conveyor.cache import unshared
 from conveyor_functionalize.self_overlap import eager_lowering, written_self_overlapping
 
 from conveyor_synthetic_base.analysis import mutations
@@ -96,5 +97,7 @@ def _wrapped(compiled: CompiledFn, mapping: BaseMap, layout: OutputLayout) -> Co
 
 def cache_key(flat: Sequence[Any]) -> Any:
     """The inputs that share storage: their layouts, dtypes, requires_grad,
-    and which of them view one tensor (overlap follows from the layouts)."""
-    return shared_storages(flat)
+    and which of them view one tensor (overlap follows from the layouts).
+    ``()`` at once where the core's storage scan of this call
+    (``conveyor.cache.unshared``) says no two share one."""
+    return () if unshared(flat) else shared_storages(flat)
