@@ -134,19 +134,19 @@ def program_function(layout: AutogradLayout, backward: torch.fx.GraphModule) -> 
     ``_compiled_autograd_key``: the saved symbols (SymInts at compile time,
     ints at run time) are part of that key, so the capture lifts them as
     sizes and a new batch size does not specialize the captured graph."""
+    return _function_class(BackwardGraph(layout, _copy_graph(backward)))
 
-    def key(ctx: Any) -> tuple[Any, ...]:
-        return (ctx._autograd_function_id, *ctx.symbols)
 
+def _function_class(marker: BackwardGraph) -> type[CompiledFunction]:
     return type(
         "CompiledFunction",
         (CompiledFunction,),
-        {
-            "conveyor_backward": BackwardGraph(layout, _copy_graph(backward)),
-            "_compiled_autograd_key": staticmethod(key),
-            "__module__": __name__,
-        },
+        {"conveyor_backward": marker, "_compiled_autograd_key": staticmethod(_compiled_autograd_key), "__module__": __name__},
     )
+
+
+def _compiled_autograd_key(ctx: Any) -> tuple[Any, ...]:
+    return (ctx._autograd_function_id, *ctx.symbols)
 
 
 def wrap(
@@ -156,8 +156,33 @@ def wrap(
     function: type[CompiledFunction] = CompiledFunction,
 ) -> CompiledFn:
     """The stage's compiled callable: flat args in, user outputs out."""
+    return ProgramRun(layout, compiled_forward, compiled_backward, function)
 
-    def run(args: list[Any]) -> Sequence[Any]:
-        return function.apply(layout, compiled_forward, compiled_backward, *args)
 
-    return run
+class ProgramRun:
+    """The stage's run-time callable: ``function.apply`` over the compiled
+    pair. Picklable (Note [Picklable run-time callables] in
+    ``conveyor.artifacts``): the program's own ``CompiledFunction`` class is
+    made again on load from its :class:`BackwardGraph`."""
+
+    __slots__ = ("apply", "backward", "forward", "function", "layout")
+
+    def __init__(
+        self, layout: AutogradLayout, forward: CompiledFn, backward: CompiledFn, function: type[CompiledFunction]
+    ) -> None:
+        self.layout, self.forward, self.backward, self.function = layout, forward, backward, function
+        self.apply = function.apply
+
+    def __call__(self, args: list[Any]) -> Sequence[Any]:
+        return self.apply(self.layout, self.forward, self.backward, *args)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        marker = getattr(self.function, "conveyor_backward", None)
+        return (_loaded_run, (self.layout, self.forward, self.backward, marker))
+
+
+def _loaded_run(
+    layout: AutogradLayout, forward: CompiledFn, backward: CompiledFn, marker: BackwardGraph | None
+) -> ProgramRun:
+    function = CompiledFunction if marker is None else _function_class(marker)
+    return ProgramRun(layout, forward, backward, function)
