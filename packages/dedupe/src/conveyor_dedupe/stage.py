@@ -12,6 +12,7 @@ Run time: the prologue drops the repeated arguments; there is no epilogue
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,12 +47,14 @@ def _expanding(graph: torch.fx.GraphModule, mapping: DedupeMap) -> Any:
 
 
 def _deduping(compiled: CompiledFn, mapping: DedupeMap) -> CompiledFn:
-    def run(args: list[Any]) -> Sequence[Any]:
-        inner = mapping.to_inner(args)
-        args.clear()
-        return compiled(inner)
+    # picklable (Note [Picklable run-time callables] in conveyor.artifacts)
+    return functools.partial(_run, compiled, mapping)
 
-    return run
+
+def _run(compiled: CompiledFn, mapping: DedupeMap, args: list[Any]) -> Sequence[Any]:
+    inner = mapping.to_inner(args)
+    args.clear()
+    return compiled(inner)
 
 
 def cache_key(flat: Sequence[Any]) -> tuple[int, ...]:
