@@ -7,7 +7,9 @@
    ``CONVEYOR_DISABLE`` (comma-separated stage names), ``CONVEYOR_AUTOLOAD``
    (``0`` turns off entry-point discovery), ``CONVEYOR_PLUGINS`` (allow-list of
    entry-point names), ``CONVEYOR_BLOCK_PLUGINS`` (block-list),
-   ``CONVEYOR_DYNAMIC`` (``1``, ``0`` or ``auto``);
+   ``CONVEYOR_DYNAMIC`` (``1``, ``0`` or ``auto``), ``CONVEYOR_CACHE`` (``0``
+   turns off the persistent compile cache), ``CONVEYOR_CACHE_DIR`` (where it
+   lives);
 4. arguments to ``conveyor.compile(...)`` / ``torch.compile(..., options=...)``.
 
 Per-stage options are tables keyed by stage name:
@@ -45,6 +47,11 @@ class Config:
         default) compiles the first call static and, when a later call differs
         only in sizes, once more with those sizes symbolic; ``True`` is
         symbolic from the first call; ``False`` specializes on every size.
+    :ivar cache: keep compiled programs on disk, so that another process
+        compiling the same program skips the pipeline (``conveyor.disk_cache``).
+    :ivar cache_dir: where; ``None`` is ``$XDG_CACHE_HOME/conveyor/programs``
+        (``~/.cache/conveyor/programs``). A relative path in a
+        ``pyproject.toml`` is relative to that file's folder.
     """
 
     backend: str | None = None
@@ -55,6 +62,8 @@ class Config:
     plugins: tuple[str, ...] | None = None
     block_plugins: tuple[str, ...] = ()
     dynamic: bool | None = None
+    cache: bool = True
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         overlap = set(self.enable) & set(self.disable)
@@ -88,8 +97,10 @@ class Config:
                 if value is not None and not isinstance(value, str):
                     raise ConfigError(f"config ({source}): 'backend' must be a stage name")
                 changes[key] = value
-            elif key == "autoload":
-                changes[key] = bool(value)
+            elif key in ("autoload", "cache"):
+                changes[key] = _switch(value, key, source)
+            elif key == "cache_dir":
+                changes[key] = _cache_dir(value, source)
             elif key == "dynamic":
                 changes[key] = _dynamic(value, source)
         # a later layer that enables a stage overrides an earlier disable and vice versa
@@ -109,6 +120,25 @@ def _names(value: Any, key: str, source: str) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"config ({source}): {key!r} must be a list of stage names")
     return tuple(value)
+
+
+def _switch(value: Any, key: str, source: str) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("0", "false", "no", "off", "")
+    if not isinstance(value, (bool, int)):
+        raise ConfigError(f"config ({source}): {key!r} must be true or false, not {value!r}")
+    return bool(value)
+
+
+def _cache_dir(value: Any, source: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"config ({source}): 'cache_dir' must be a folder path, not {value!r}")
+    path = Path(value).expanduser()
+    if not path.is_absolute() and source.endswith("pyproject.toml"):
+        path = Path(source).parent / path
+    return str(path)
 
 
 def _dynamic(value: Any, source: str) -> bool | None:
@@ -144,6 +174,8 @@ _ENV = {
     "CONVEYOR_PLUGINS": "plugins",
     "CONVEYOR_BLOCK_PLUGINS": "block_plugins",
     "CONVEYOR_DYNAMIC": "dynamic",
+    "CONVEYOR_CACHE": "cache",
+    "CONVEYOR_CACHE_DIR": "cache_dir",
 }
 
 
@@ -153,7 +185,7 @@ def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     for var, key in _ENV.items():
         if var in environ:
             raw = environ[var]
-            layer[key] = raw.strip().lower() not in ("0", "false", "no", "") if key == "autoload" else raw
+            layer[key] = raw
     return layer
 
 

@@ -39,6 +39,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from conveyor import disk_cache
 from conveyor.errors import ConveyorError
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn, Request
@@ -193,8 +194,9 @@ def compile_program(
     a backward traced at the subclass level when it trains (Note [Subclass
     programs in training])."""
     boundary: Boundary | None = graph.meta.get(BOUNDARY_META)
-    if boundary is None:
-        return pipeline.compile(Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled()))
+    if boundary is None:  # kept on disk too (conveyor.disk_cache); subclass programs are not
+        request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
+        return disk_cache.compile_cached(pipeline, request, pipeline.compile)
     inner = tuple(n.meta["val"] for n in graph.graph.nodes if n.op == "placeholder")
     if boundary.program is None:
         compiled, graphs = pipeline.compile(Request(graph, inner, fake_mode, torch.is_grad_enabled()))

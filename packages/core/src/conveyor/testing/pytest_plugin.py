@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -10,6 +13,25 @@ import pytest
 from conveyor.hookspecs import hookimpl
 from conveyor.plugins import Plugins
 from conveyor.stage import StageSpec
+
+_CACHE_DIR_MADE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A test run never writes to the user's compile cache: unless the
+    environment says otherwise, the persistent compile cache is off
+    (``CONVEYOR_CACHE=0``; tests that exercise it turn it on) and points at a
+    temporary folder removed after the run."""
+    os.environ.setdefault("CONVEYOR_CACHE", "0")
+    if not os.environ.get("CONVEYOR_CACHE_DIR"):
+        _CACHE_DIR_MADE.append(tempfile.mkdtemp(prefix="conveyor-test-cache-"))
+        os.environ["CONVEYOR_CACHE_DIR"] = _CACHE_DIR_MADE[-1]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _CACHE_DIR_MADE:
+        shutil.rmtree(folder, ignore_errors=True)
+    _CACHE_DIR_MADE.clear()
 
 
 @pytest.fixture
