@@ -51,6 +51,7 @@ def _declared(spec: StageSpec) -> str:
             ("after", spec.after),
             ("before", spec.before),
             ("requires", spec.requires),
+            ("reads", spec.reads),
             ("default backend for", spec.default_for),
         )
         if names

@@ -52,7 +52,8 @@ def select(available: Mapping[str, StageSpec], config: Config, default_backend: 
         missing = [r for r in spec.requires if r not in enabled]
         if missing:
             why = "disabled" if all(m in available for m in missing) else "not installed"
-            raise PipelineError(f"stage {name!r} requires {missing}, which are {why}")
+            fix = f"enable {missing}" if why == "disabled" else f"install {missing}"
+            raise ConfigError(f"stage {name!r} requires {missing}, which are {why}: {fix} or disable {name!r}")
     return toposort(enabled)
 
 

@@ -1,4 +1,5 @@
-"""Exact overlap of strided layouts that live in one storage.
+"""Exact overlap of strided layouts that live in one storage, and of a
+layout with itself.
 
 Two inputs that share a storage interfere (a write to one changes the
 other) only if some byte belongs to both. Bounds decide most pairs; two dense layouts with
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,9 +61,7 @@ class Layout:
     @property
     def elements(self) -> tuple[int, int]:
         """``[first, last + 1)``: the element span (empty layouts: ``(offset, offset)``)."""
-        if self.numel == 0:
-            return (self.offset, self.offset)
-        return (self.offset, self.offset + sum((s - 1) * st for s, st in zip(self.size, self.stride)) + 1)
+        return (self.offset, self.offset + span(self.size, self.stride))
 
     @property
     def bytes(self) -> tuple[int, int]:
@@ -88,6 +89,17 @@ class Layout:
                 return False
             expected *= s
         return True
+
+
+def span(size: Sequence[int], stride: Sequence[int]) -> int:
+    """How many elements a strided layout reaches, from its first element to
+    its last, both included (``0`` when it has none): the storage it needs
+    beyond its offset. The one copy of the formula (the synthetic base, the
+    functionalize epilogue's storage growth and the Triton backend's index
+    width ask it)."""
+    if any(s == 0 for s in size):
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(size, stride, strict=True)) + 1
 
 
 def _starts(layout: Layout) -> torch.Tensor:
@@ -124,3 +136,37 @@ def overlaps(a: Layout, b: Layout) -> bool:
     a_mark = _marked(_starts(a) * a.itemsize, a.itemsize, lo, hi)
     b_mark = _marked(_starts(b) * b.itemsize, b.itemsize, lo, hi)
     return bool((a_mark & b_mark).any())
+
+
+#: above this many elements the exact check is not run and the layout is
+#: taken to overlap itself (the fallback is always right, only slower)
+_EXACT_LIMIT = 1 << 22
+
+
+def overlaps_itself(t: Any) -> bool:
+    """Whether two elements of ``t`` share memory (exact for static layouts;
+    a symbolic one is taken not to: only stride 0 is then recognised)."""
+    if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
+        return False
+    try:
+        dims = sorted((int(st), int(n)) for n, st in zip(t.size(), t.stride()) if int(n) > 1)
+    except (TypeError, ValueError, RuntimeError):  # symbolic sizes or strides
+        return any(st == 0 and n != 1 for n, st in zip(t.size(), t.stride()) if isinstance(st, int))
+    if any(st == 0 for st, _ in dims):
+        return True
+    reach = 0  # the largest offset the smaller dims reach
+    for st, n in dims:
+        if st <= reach:
+            break
+        reach += st * (n - 1)
+    else:
+        return False  # each stride passes what the smaller dims reach: no overlap
+    numel = 1
+    for _, n in dims:
+        numel *= n
+    if numel > _EXACT_LIMIT:
+        return True
+    offsets = torch.zeros((), dtype=torch.int64)
+    for st, n in dims:
+        offsets = (offsets.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * st).reshape(-1)
+    return int(torch.unique(offsets).numel()) < numel

@@ -19,11 +19,14 @@ The list is the caller's to give away: a callee may clear it to free inputs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch.fx
+
+from conveyor.program import PARTS, Program
 
 CompiledFn = Callable[[list[Any]], Sequence[Any]]
 StageKind = Literal["wrapper", "backend"]
@@ -39,18 +42,18 @@ class Request:
     :ivar fake_mode: the fake mode ``inputs`` belong to (dynamo's under
         ``torch.compile``).
     :ivar grad_enabled: the grad mode the compiled callable will run under.
-    :ivar facts: what outer stages published for inner ones, by key
-        (``"<stage>.<fact>"``). Read-only; a stage adds facts with
-        :meth:`with_facts`.
     :ivar label: which program this is ("forward", "backward", ...), for
         introspection.
+
+    What the program is (input aliasing, mutations, output aliasing) is
+    :attr:`program`, the core's record of this request's graph
+    (Note [The program record] in ``conveyor.program``).
     """
 
     graph: torch.fx.GraphModule
     inputs: tuple[Any, ...]
     fake_mode: Any
     grad_enabled: bool = True
-    facts: Mapping[str, Any] = field(default_factory=dict)
     label: str = "forward"
 
     def __post_init__(self) -> None:
@@ -59,10 +62,18 @@ class Request:
             raise ValueError(f"Request: graph has {n} placeholders but {len(self.inputs)} inputs")
 
     def replace(self, **changes: Any) -> Request:
-        return dataclasses.replace(self, **changes)
+        """A new request with ``changes``; it keeps this one's program record
+        when only its ``label`` changes."""
+        new = dataclasses.replace(self, **changes)
+        if set(changes) <= {"label"} and "program" in self.__dict__:
+            object.__setattr__(new, "program", self.__dict__["program"])
+        return new
 
-    def with_facts(self, **facts: Any) -> Request:
-        return dataclasses.replace(self, facts={**self.facts, **facts})
+    @functools.cached_property
+    def program(self) -> Program:
+        """The core's record of what this request's program is, each part
+        computed when a stage first asks (Note [The program record])."""
+        return Program(self.graph, self.inputs, self.fake_mode, self.grad_enabled)
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,14 @@ class StageSpec:
     :ivar impl: an object with ``lower`` (wrapper) or ``compile`` (backend).
     :ivar after: stages that, when enabled, must run before this one (outer).
     :ivar before: stages that, when enabled, must run after this one (inner).
-    :ivar requires: stages that must be enabled for this one to work.
+    :ivar requires: stages that must be enabled for this one to work,
+        whatever the program (checked when the pipeline is built: a
+        :class:`~conveyor.errors.ConfigError` names both stages). A need
+        that depends on the program (``autograd`` needs ``functionalize``
+        only for a program that writes) is a compile-time error instead.
+    :ivar reads: the parts of the program record (``request.program``,
+        :data:`conveyor.program.PARTS`) the stage reads; documentation that
+        ``conveyor stages`` shows, checked against the record's parts.
     :ivar options: option names and their defaults; other names are errors.
     :ivar cache_key: optional; from the flat call arguments, what this stage
         specializes on, added to the compile-cache key (must be hashable and
@@ -131,6 +149,7 @@ class StageSpec:
     after: tuple[str, ...] = ()
     before: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
     cache_key: Callable[[Sequence[Any]], Hashable] | None = None
     enabled_by_default: bool = True
@@ -148,7 +167,12 @@ class StageSpec:
             raise ValueError(f"stage {self.name!r}: kind must be 'wrapper' or 'backend', not {self.kind!r}")
         if self.default_for and self.kind != "backend":
             raise ValueError(f"stage {self.name!r}: only a backend can be the default for a device type")
-        for attr in ("after", "before", "requires", "default_for"):
+        unknown = sorted(set(self.reads) - set(PARTS))
+        if unknown:
+            raise ValueError(f"stage {self.name!r}: reads unknown program record part(s) {unknown}; parts are {list(PARTS)}")
+        if self.name in self.requires:
+            raise ValueError(f"stage {self.name!r} cannot require itself")
+        for attr in ("after", "before", "requires", "reads", "default_for"):
             value = getattr(self, attr)
             if isinstance(value, str):
                 raise TypeError(f"stage {self.name!r}: {attr} must be a tuple of names, not a string")

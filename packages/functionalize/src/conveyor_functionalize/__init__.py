@@ -2,12 +2,17 @@
 functional graph and replays mutations and output aliases at run time.
 
 Public API: :func:`analyze` and the metadata it returns (:class:`ProgramMeta`,
-:class:`InputInfo`, :class:`OutputInfo`, :class:`OutputKind`).
+:class:`InputInfo`, :class:`OutputInfo`, :class:`OutputKind`), which live in
+the core's program record (``conveyor.program_meta``) and are re-exported
+here under their old names. A stage reads them from ``request.program.meta``.
 """
 
-from conveyor_functionalize.__about__ import __version__
-from conveyor_functionalize.analysis import analyze
-from conveyor_functionalize.meta import (
+from collections.abc import Sequence
+from typing import Any
+
+import torch.fx
+from conveyor.program import Program
+from conveyor.program_meta import (
     BaseIdx,
     InputIdx,
     InputInfo,
@@ -16,6 +21,9 @@ from conveyor_functionalize.meta import (
     OutputKind,
     ProgramMeta,
 )
+
+from conveyor_functionalize.__about__ import __version__
+from conveyor_functionalize.overlapping import check_no_mutated_aliases
 
 __all__ = [
     "BaseIdx",
@@ -28,3 +36,17 @@ __all__ = [
     "__version__",
     "analyze",
 ]
+
+
+def analyze(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) -> ProgramMeta:
+    """:class:`ProgramMeta` of ``graph`` called on ``inputs`` (fake values
+    of ``fake_mode``), under the current grad mode: the program record's
+    exact part (``conveyor.program.Program.meta``).
+
+    :raises StageError: when inputs that overlap are mutated (that needs the
+        ``dedupe`` / ``synthetic_base`` stages first).
+    """
+    program = Program(graph, tuple(inputs), fake_mode, torch.is_grad_enabled())
+    check_no_mutated_aliases(program)
+    return program.meta
+

@@ -22,12 +22,12 @@ from enum import Enum
 from typing import Any, cast
 
 import torch
+from conveyor.functional_run import FunctionalRun
+from conveyor.overlap import overlaps_itself, span
+from conveyor.program_meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
 from conveyor.stage import CompiledFn
 
-from conveyor_functionalize.functional_run import FunctionalRun
 from conveyor_functionalize.layout import FunctionalLayout, InnerOutIdx
-from conveyor_functionalize.meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
-from conveyor_functionalize.self_overlap import overlaps_itself
 from conveyor_functionalize.views import Geometry, ViewRecipe, concrete, replayed_geometry
 
 
@@ -221,7 +221,7 @@ def _grow_storage(x: torch.Tensor, sizes: tuple[int, ...], strides: tuple[int, .
     resize does, before the input takes its new geometry."""
     if 0 in sizes:
         return
-    need = (offset + sum((n - 1) * st for n, st in zip(sizes, strides, strict=True)) + 1) * x.element_size()
+    need = (offset + span(sizes, strides)) * x.element_size()
     storage = x.untyped_storage()
     if storage.nbytes() < need:
         storage.resize_(need)

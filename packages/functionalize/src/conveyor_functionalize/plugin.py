@@ -8,9 +8,10 @@ from typing import Any
 import torch
 from conveyor import Lowering, Request, StageError, StageSpec, hookimpl
 
-from conveyor_functionalize.analysis import analyze_run
+from conveyor_functionalize.decompositions import DECOMPOSITIONS, EAGER_KERNELS
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
+from conveyor_functionalize.overlapping import check_no_mutated_aliases
 from conveyor_functionalize.self_overlap import (
     SPARSE_COMPRESSED_REASON,
     eager_lowering,
@@ -22,21 +23,21 @@ from conveyor_functionalize.trace import trace_functional, writing_nodes
 from conveyor_functionalize.views import no_grad_view_outputs
 
 STAGE = "functionalize"
-META_FACT = "functionalize.meta"
-LAYOUT_FACT = "functionalize.layout"
 
 
 class Functionalize:
     """Trace the request functionalized; wrap the inner callable in the
     epilogue that replays mutations and output aliases on the caller's tensors.
 
-    Note [Views under inference_mode]: a program compiled under
-    ``torch.inference_mode()`` would be analysed on inference tensors, whose
-    views record no ``_base`` (so outputs that view one intermediate look
-    like unrelated fresh tensors) and which functionalization refuses to
-    resize. The stage analyses and traces with inference mode off (unless an
-    input requires grad: a functional wrapper of an inference tensor cannot);
-    the graph is the same, and at run time it runs under the caller's mode."""
+    What the program mutates and how its outputs alias is the core's record
+    (``request.program.meta``); a program the record knows to be functional
+    from its graph alone passes through untraced (Note [Nothing to
+    functionalize]).
+
+    Note [Views under inference_mode] (``conveyor.program``): the stage
+    traces with inference mode off as the record analyses (unless an input
+    requires grad); the graph is the same, and at run time it runs under the
+    caller's mode."""
 
     def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
         # Note [Views under inference_mode]
@@ -51,8 +52,12 @@ class Functionalize:
         maker = makes_sparse_compressed(request.graph) if request.grad_enabled else None
         if maker is not None and any(isinstance(t, torch.Tensor) and t.requires_grad for t in request.inputs):
             return eager_lowering(request, STAGE, [], f"{maker.target} with grad: {SPARSE_COMPRESSED_REASON}")
+        if _nothing_to_do(request):  # Note [Nothing to functionalize]
+            return Lowering.passthrough(request)
+        analysis = request.program.analysis
+        meta, run = analysis.meta, analysis.run
+        check_no_mutated_aliases(request.program)
         with torch.set_grad_enabled(request.grad_enabled):
-            meta, run = analyze_run(request.graph, request.inputs, request.fake_mode)
             overlapping = written_self_overlapping(request.inputs, [info.mutates_data for info in meta.inputs])
             if overlapping:  # Note [Writes through a self-overlapping input]
                 return eager_lowering(request, STAGE, overlapping)
@@ -63,8 +68,23 @@ class Functionalize:
         left = writing_nodes(graph)
         if left:
             raise StageError(STAGE, f"cannot functionalize {left[0].target}: the traced graph still writes with it")
-        inner = request.replace(graph=graph).with_facts(**{META_FACT: meta, LAYOUT_FACT: layout})
-        return Lowering((inner,), plan.wrap)
+        return Lowering((request.replace(graph=graph),), plan.wrap)
+
+
+def _nothing_to_do(request: Request) -> bool:
+    """Note [Nothing to functionalize]: a program that writes nothing and
+    whose outputs are all computed (``request.program.statically_functional``:
+    no output is an input, a view of one or another output) is functional
+    already: the analysis would find nothing to replay and the trace would
+    give the same graph, so it passes through untraced and unanalysed,
+    unless it holds an op the functional graph spells otherwise
+    (``DECOMPOSITIONS``, ``EAGER_KERNELS``) or returns a view taken under
+    ``no_grad`` (Note [Views taken under no_grad])."""
+    if not request.program.statically_functional:
+        return False
+    if any(n.op == "call_function" and (n.target in DECOMPOSITIONS or n.target in EAGER_KERNELS) for n in request.graph.graph.nodes):
+        return False
+    return not no_grad_view_outputs(request.graph)
 
 
 @hookimpl
@@ -75,6 +95,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             kind="wrapper",
             impl=Functionalize(),
             after=("dedupe", "synthetic_base"),
+            reads=("statically_functional", "aliasing", "analysis"),
             description="hands inner stages a purely functional graph; replays mutations and output aliases at run time",
         )
     )

@@ -26,39 +26,7 @@ import conveyor.fallback
 import torch
 import torch.fx
 from conveyor import Lowering, Request
-
-#: above this many elements the exact check is not run and the layout is
-#: taken to overlap itself (the fallback is always right, only slower)
-_EXACT_LIMIT = 1 << 22
-
-
-def overlaps_itself(t: Any) -> bool:
-    """Whether two elements of ``t`` share memory (exact for static layouts;
-    a symbolic one is taken not to: only stride 0 is then recognised)."""
-    if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
-        return False
-    try:
-        dims = sorted((int(st), int(n)) for n, st in zip(t.size(), t.stride()) if int(n) > 1)
-    except (TypeError, ValueError, RuntimeError):  # symbolic sizes or strides
-        return any(st == 0 and n != 1 for n, st in zip(t.size(), t.stride()) if isinstance(st, int))
-    if any(st == 0 for st, _ in dims):
-        return True
-    reach = 0  # the largest offset the smaller dims reach
-    for st, n in dims:
-        if st <= reach:
-            break
-        reach += st * (n - 1)
-    else:
-        return False  # each stride passes what the smaller dims reach: no overlap
-    numel = 1
-    for _, n in dims:
-        numel *= n
-    if numel > _EXACT_LIMIT:
-        return True
-    offsets = torch.zeros((), dtype=torch.int64)
-    for st, n in dims:
-        offsets = (offsets.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * st).reshape(-1)
-    return int(torch.unique(offsets).numel()) < numel
+from conveyor.overlap import overlaps_itself
 
 
 def written_self_overlapping(inputs: Sequence[Any], written: Sequence[bool]) -> list[int]:

@@ -1,7 +1,8 @@
 """Tracing the functional graph inner stages receive.
 
 The traced function runs the request's graph on functional tensors
-(``run_functional``) and returns what :class:`FunctionalLayout` names:
+(``conveyor.functional_run.run_functional``, with
+:class:`~conveyor_functionalize.grad_identity.IdentityKeepingInterpreter`) and returns what :class:`FunctionalLayout` names:
 updated inputs, computed user outputs, intermediate bases. ``no_grad``
 regions stay visible as ``detach`` nodes, as in capture (a value computed
 under ``no_grad`` from an input that requires grad must not carry gradients
@@ -17,16 +18,25 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import retrace
+from conveyor.functional_run import from_functional, run_functional
 from conveyor.grad_regions import detach_no_grad_results
 from conveyor.schema import writes
 
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, keep_eager_kernels
-from conveyor_functionalize.functional_run import from_functional, run_functional
+from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
 from conveyor_functionalize.layout import FunctionalLayout
 
 
 def writing_nodes(graph: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in graph.graph.nodes if n.op == "call_function" and writes(n)]
+
+
+def _keeping_identity(graph: torch.fx.GraphModule, args: Sequence[Any]) -> Sequence[Any]:
+    """Note [No-grad writes keep autograd identity]: the trace also keeps the
+    autograd identity of tensors written under ``no_grad``; this adds writes
+    of its own, so the record's analysis, which reads mutation flags, runs
+    without it."""
+    return IdentityKeepingInterpreter(graph).run(*args)  # type: ignore[no-any-return]
 
 
 def trace_functional(
@@ -36,7 +46,7 @@ def trace_functional(
     graph = keep_eager_kernels(graph)  # Note [Python kernels that differ from eager]
 
     def functional(*args: Any) -> tuple[Any, ...]:
-        run = run_functional(graph, args, for_trace=True)
+        run = run_functional(graph, args, _keeping_identity)
         outs = [from_functional(run.f_inputs[i]) for i in layout.updated_inputs]
         outs += [from_functional(run.f_outputs[k]) for k in layout.computed_outputs]
         outs += [from_functional(run.f_outputs[k]._base) for k in layout.intermediate_bases]

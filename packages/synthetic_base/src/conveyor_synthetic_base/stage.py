@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import conveyor
+import conveyor.fallback
 import torch
 from conveyor import CompiledFn, Lowering, Request
 from conveyor.cache import unshared
-from conveyor_functionalize.self_overlap import eager_lowering, written_self_overlapping
+from conveyor.overlap import overlaps_itself
 
 from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
@@ -43,11 +44,13 @@ class SyntheticBaseStage:
         if not shared:
             return Lowering.passthrough(request)
         muts = mutations(request)
-        overlapping = written_self_overlapping(
-            request.inputs, [OuterIdx(i) in muts.data for i in range(len(request.inputs))]
-        )
+        overlapping = sorted(i for i in muts.data if overlaps_itself(request.inputs[i]))
         if overlapping:  # Note [Writes through a self-overlapping input] in conveyor_functionalize
-            return eager_lowering(request, "synthetic_base", overlapping)
+            reason = (
+                f"it writes through input(s) {overlapping}, whose elements share memory: functionalization cannot "
+                "express such a write (Note [Writes through a self-overlapping input])"
+            )
+            return conveyor.fallback.eager_lowering(request, "synthetic_base", reason)
         bases = plan(shared, muts, tight=options["tight"])
         if not bases:
             return Lowering.passthrough(request)

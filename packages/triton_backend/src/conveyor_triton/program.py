@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import torch
 import torch.fx
+from conveyor.overlap import span
 
 from conveyor_triton import kernel_cache, metrics
 from conveyor_triton.classify import is_view
@@ -45,7 +46,7 @@ def block_sizes(device: torch.device, xnumel: int, rnumel: int | None) -> dict[s
 
 
 def _extent(t: torch.Tensor) -> int:
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()) if s > 0) + 1
+    return span(t.shape, t.stride())
 
 
 @dataclass

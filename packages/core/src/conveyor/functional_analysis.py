@@ -1,31 +1,44 @@
-"""``analyze``: which inputs a program mutates and how its outputs alias.
+"""Which inputs a program mutates and how its outputs alias: one functional run.
 
 A smaller, readable cousin of torch's
 ``run_functionalized_fw_and_collect_metadata``
 (``torch/_functorch/_aot_autograd/collect_metadata_analysis.py``): run the
 graph once on functional wrappers of the fake inputs, then read each input
 wrapper's mutation flags and classify each output by identity and storage.
+The program record (``conveyor.program.Program.analysis``) calls it at most
+once per graph; stages read the record.
+
+Functionalization wraps each input separately, so the flags of an input are
+what the program does through that input, also when inputs share a storage
+(whether that is allowed is the reading stage's business).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 import torch.fx
-from conveyor.errors import StageError
-from conveyor.overlap import Layout, overlaps
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from conveyor_functionalize.functional_run import FunctionalRun, run_functional
-from conveyor_functionalize.meta import InputInfo, OutputInfo, OutputKind, ProgramMeta
-
-STAGE = "functionalize"
+from conveyor.functional_run import FunctionalRun, run_functional
+from conveyor.program_meta import InputInfo, OutputInfo, OutputKind, ProgramMeta
 
 
-def analyze(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) -> ProgramMeta:
+@dataclass(frozen=True)
+class Analysis:
+    """The program's :class:`ProgramMeta` and the functional run it was read
+    from (a stage takes the metadata of mutated inputs and aliased outputs
+    from the run's fake functional tensors)."""
+
+    meta: ProgramMeta
+    run: FunctionalRun
+
+
+def analyze(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) -> Analysis:
     """Collect :class:`ProgramMeta` for ``graph`` called on ``inputs``.
 
     :param graph: a flat aten graph (placeholders are the inputs, the output
@@ -33,24 +46,17 @@ def analyze(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) 
     :param inputs: one fake value per placeholder (fake tensors keep the real
         inputs' storage sharing).
     :param fake_mode: the fake mode of ``inputs``.
-    :raises StageError: when inputs that share storage are mutated (that
-        needs the ``dedupe`` / ``synthetic_base`` stages first).
+
+    Run it under the grad mode the program will run under.
     """
-    return analyze_run(graph, inputs, fake_mode)[0]
-
-
-def analyze_run(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) -> tuple[ProgramMeta, FunctionalRun]:
-    """:func:`analyze`, and the functional run it read (the stage takes the
-    metadata of mutated inputs and aliased outputs from it)."""
     inputs = tuple(inputs)
     with fake_mode:
         run = run_functional(graph, inputs)
     infos = _with_swap_targets(
         tuple(_input_info(arg, f, g) for arg, f, g in zip(inputs, run.f_inputs, run.grad_fns_before)), run
     )
-    _check_no_mutated_aliases(inputs, infos)
     outputs, num_bases = _classify_outputs(run, infos)
-    return ProgramMeta(infos, outputs, num_bases), run
+    return Analysis(ProgramMeta(infos, outputs, num_bases), run)
 
 
 def _storage(t: torch.Tensor) -> StorageWeakRef | None:
@@ -105,32 +111,6 @@ def _with_swap_targets(infos: tuple[InputInfo, ...], run: FunctionalRun) -> tupl
         else info
         for i, info in enumerate(infos)
     )
-
-
-def _check_no_mutated_aliases(inputs: tuple[Any, ...], infos: tuple[InputInfo, ...]) -> None:
-    """Functionalization treats each input as its own tensor: a write to one of
-    two inputs that overlap would not reach the other. Inputs that share a
-    storage without a common byte are independent, whatever is mutated."""
-    seen: dict[StorageWeakRef, list[int]] = {}
-    for i, t in enumerate(inputs):
-        if not isinstance(t, torch.Tensor) or (ref := _storage(t)) is None:
-            continue
-        for j in seen.setdefault(ref, []):
-            if (infos[i].mutates_data or infos[j].mutates_data) and _may_overlap(inputs[j], t):
-                raise StageError(
-                    STAGE,
-                    f"inputs {j} and {i} overlap in memory and one of them has its data mutated; functionalize "
-                    "needs them merged first: enable the 'dedupe' and 'synthetic_base' stages",
-                )
-        seen[ref].append(i)
-
-
-def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Exact for static layouts; symbolic ones are taken to overlap."""
-    try:
-        return overlaps(Layout.of(a), Layout.of(b))
-    except (TypeError, ValueError, RuntimeError):  # a symbolic size, stride or offset
-        return True
 
 
 def _classify_outputs(run: FunctionalRun, infos: tuple[InputInfo, ...]) -> tuple[tuple[OutputInfo, ...], int]:

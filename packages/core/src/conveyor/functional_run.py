@@ -1,4 +1,4 @@
-"""Running an FX graph on functional tensors (shared by analysis and tracing).
+"""Running an FX graph on functional tensors.
 
 ``run_functional`` wraps the inputs in ``FunctionalTensor``s and interprets the
 graph under ``FunctionalTensorMode``: every in-place op, ``out=`` op and view
@@ -7,28 +7,30 @@ tell which inputs were mutated and how. ``conveyor.call_graph`` runs each node
 under the grad mode it was captured under, so mutations done under
 ``torch.no_grad()`` are recognised as such.
 
-It is called twice per compile, as in AOTAutograd: once on plain fake tensors
-to collect :class:`~conveyor_functionalize.meta.ProgramMeta`, once inside
-``conveyor.retrace`` to trace the functional graph.
+The program record runs it once per graph to collect
+:class:`~conveyor.program_meta.ProgramMeta` (``conveyor.program``); the
+functionalize stage runs it again inside its trace, with its own interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from conveyor import call_graph
 from torch._dispatch.python import enable_python_dispatcher
 from torch._higher_order_ops.effects import has_effects
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.utils._python_dispatch import _disable_infra_mode
 
-from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
+from conveyor.grad_regions import call_graph
+
+#: runs a graph on (functional) arguments and returns its outputs
+GraphRunner = Callable[[torch.fx.GraphModule, Sequence[Any]], Sequence[Any]]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class FunctionalRun:
 
 
 def to_functional(value: Any) -> Any:
+    """A functional wrapper of a tensor; other values as they are."""
     return FunctionalTensor.to_functional(value) if isinstance(value, torch.Tensor) else value
 
 
@@ -57,16 +60,15 @@ def from_functional(value: Any) -> Any:
     return torch._from_functional_tensor(value.elem)
 
 
-def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], *, for_trace: bool = False) -> FunctionalRun:
+def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], runner: GraphRunner = call_graph) -> FunctionalRun:
     """Interpret ``graph`` on functional wrappers of ``inputs``.
 
     Call it under the fake mode of ``inputs`` (or inside a trace). The
     wrappers are synced before returning, so their mutation flags are final.
 
-    :param for_trace: also keep the autograd identity of tensors written under
-        ``no_grad`` (Note [No-grad writes keep autograd identity]); this adds
-        writes of its own, so the analysis, which reads mutation flags, runs
-        without it.
+    :param runner: how the graph is run on the wrappers (the default keeps
+        each node's captured grad mode; a stage tracing the functional
+        program may pass an interpreter of its own).
     """
     # Note [Disabling Functionalize TLS Above Python Functionalization] in torch:
     # the C++ functionalization key must not run above the Python mode.
@@ -76,8 +78,7 @@ def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], *, for_tr
     with disable_above, enable_python_dispatcher(), FunctionalTensorMode():
         f_inputs = tuple(to_functional(v) for v in inputs)
         grad_fns = tuple(f.grad_fn if isinstance(f, torch.Tensor) else None for f in f_inputs)
-        graph = _effects_outside(graph)
-        outs = IdentityKeepingInterpreter(graph).run(*f_inputs) if for_trace else call_graph(graph, f_inputs)
+        outs = runner(_effects_outside(graph), f_inputs)
         for f in f_inputs:
             if isinstance(f, FunctionalTensor):
                 torch._sync(f)

@@ -1,14 +1,15 @@
 """What a program does to its inputs and how its outputs alias: ``ProgramMeta``.
 
-This is the public result of :func:`conveyor_functionalize.analyze`, and the
-fact ``"functionalize.meta"`` the functionalize stage publishes for inner
-stages. Field names are a stable API: other packages (dedupe,
-synthetic_base, autograd) read them.
+The exact part of the program record (``conveyor.program.Program.meta``),
+computed by one functional run (``conveyor.functional_analysis``). Field
+names are a stable API: stages read them (``conveyor_functionalize``
+re-exports them under its old names).
 
-Index spaces (Note [Functionalize index spaces]):
+Index spaces (Note [Program index spaces]):
 
-* :data:`InputIdx`: a flat input of the program, in placeholder order. The
-  stage does not change the inputs, so outer and inner inputs share it.
+* :data:`InputIdx`: a flat input of the program, in placeholder order (the
+  functionalize stage does not change the inputs, so its outer and inner
+  inputs share it).
 * :data:`OutputIdx`: a user output, in the order of the program's output tuple
   (the outer calling convention).
 * :data:`BaseIdx`: an intermediate base the inner graph returns so that

@@ -1,0 +1,184 @@
+"""The program record (``conveyor.program``): what it says, that it is
+computed once and only when asked, and the stage declarations checked when
+the pipeline is built."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import conveyor
+import conveyor.functional_analysis
+import conveyor.program
+import pytest
+import torch
+from conveyor import ConfigError, Lowering, Plugins, Request, StageSpec, hookimpl
+from conveyor.program import InputAliasing, Program
+from conveyor.testing import check
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental import proxy_tensor
+
+
+def request_of(fn: Callable[..., Any], *args: Any) -> Request:
+    """A request for ``fn`` traced on fakes of ``args`` (views stay views of one fake base)."""
+    mode = FakeTensorMode()
+    fakes = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+    return Request(conveyor.retrace(lambda *xs: tuple(fn(*xs)), fakes, mode), fakes, mode)
+
+
+def test_input_aliasing_groups_storages_and_tells_exact_overlap() -> None:
+    base = torch.zeros(8)
+    inputs = (base[:4], base[4:], base[2:6], torch.zeros(3), 2)
+    aliasing = InputAliasing.of(inputs)
+    assert aliasing.groups == (0, 0, 0, 3, -1)
+    assert aliasing.overlapping == frozenset({(0, 2), (1, 2)})  # the two halves share no byte
+    assert aliasing.shares_storage and aliasing.overlap(2, 0) and not aliasing.overlap(0, 1)
+    assert not InputAliasing.of((torch.zeros(2), torch.zeros(2))).shares_storage
+    with pytest.raises(ValueError, match="not a pair of inputs in one storage"):
+        InputAliasing((0, 1), frozenset({(0, 1)}))
+
+
+def _pure(x, y):
+    return (x * y).sin(), (x + 1).view(-1)  # a fresh value, and a view of an intermediate
+
+
+def _in_place(x, y):
+    x.mul_(2)
+    return (x + y,)
+
+
+def _returns_input(x, y):
+    return x, y * 2
+
+
+def _views_input(x, y):
+    return x.t(), y + 1
+
+
+def _view_and_its_base(x, y):
+    z = x + y
+    return z, z.view(-1)
+
+
+def _two_views_of_one(x, y):
+    z = x * y
+    return z[0], z[1]
+
+
+def _batch_norm_training(x, y):
+    running = y[0].clone()
+    out = torch.nn.functional.batch_norm(x, running, torch.ones(2), training=True)
+    return (out,)  # native_batch_norm writes its running mean, undeclared
+
+
+PROGRAMS = {
+    _pure: True,
+    _in_place: False,
+    _returns_input: False,
+    _views_input: False,
+    _view_and_its_base: False,
+    _two_views_of_one: False,
+    _batch_norm_training: False,  # native_batch_norm writes the running mean, undeclared in its schema
+}
+
+
+@pytest.mark.parametrize("fn", list(PROGRAMS), ids=lambda f: f.__name__)
+def test_static_facts_agree_with_the_functional_run(fn: Callable[..., Any]) -> None:
+    request = request_of(fn, torch.randn(2, 2), torch.randn(2, 2))
+    program = request.program
+    static = program.statically_functional
+    assert static == PROGRAMS[fn]
+    if static:  # sound: never functional by the graph when the run says otherwise
+        assert program.meta.is_functional
+    if fn is _in_place:
+        assert [n.target for n in program.writing_nodes] == [torch.ops.aten.mul_.Tensor]
+        assert program.meta.data_mutated_inputs == (0,)
+
+
+def test_the_record_is_computed_once_per_request_and_only_when_asked() -> None:
+    request = request_of(_in_place, torch.randn(2, 2), torch.randn(2, 2))
+    program = request.program
+    assert program is request.program
+    assert "analysis" not in program.__dict__  # nothing ran yet
+    meta = program.meta
+    assert program.meta is meta and "analysis" in program.__dict__
+    assert request.replace(label="other").program is program  # the same program
+    assert request.replace(grad_enabled=False).program is not program
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Counts ``make_fx`` runs and record analyses (this test's patches only)
+    through the default pipeline of the installed stages."""
+    found: Counter[str] = Counter()
+    trace, analyze = proxy_tensor._MakefxTracer.trace, conveyor.functional_analysis.analyze
+
+    def counted_trace(self: Any, *args: Any) -> Any:
+        found["make_fx"] += 1
+        return trace(self, *args)
+
+    def counted_analyze(*args: Any) -> Any:
+        found["analysis"] += 1
+        return analyze(*args)
+
+    monkeypatch.setattr(proxy_tensor._MakefxTracer, "trace", counted_trace)
+    monkeypatch.setattr(conveyor.program, "analyze", counted_analyze)
+    monkeypatch.setenv("CONVEYOR_CACHE", "0")
+    monkeypatch.setenv("CONVEYOR_AUTOLOAD", "1")
+    monkeypatch.setenv("CONVEYOR_PLUGINS", "dedupe,synthetic_base,functionalize,autograd")
+    yield found
+
+
+def _mlp_step(w, x):
+    return (torch.nn.functional.gelu(x @ w) + x).sum(1)
+
+
+def test_a_functional_program_is_traced_once_and_never_analysed(counts: Counter[str]) -> None:
+    w, x = torch.randn(4, 4), torch.randn(3, 4)
+    with torch.no_grad():
+        check(_mlp_step, w, x, compile=conveyor.compile)
+    assert counts == {"make_fx": 1}  # capture only: functionalize and autograd pass it through
+    counts.clear()
+    check(lambda w, x: _mlp_step(w, x), w.requires_grad_(), x, compile=conveyor.compile)
+    assert counts == {"make_fx": 2}  # capture and the joint trace
+
+
+def test_a_mutating_program_is_analysed_once(counts: Counter[str]) -> None:
+    def f(a, b):
+        a.add_(1)
+        return a * b
+
+    base = torch.randn(8)
+    check(f, base[:4], base[4:], compile=conveyor.compile)  # inputs share a storage, do not overlap
+    # synthetic_base reads the record, merges nothing and passes the request on:
+    # functionalize reads the same record
+    assert counts["analysis"] == 1
+    assert counts["make_fx"] == 2  # capture and the functional trace
+
+
+class _Needs:
+    def lower(self, request: Request, options: Any) -> Lowering:
+        return Lowering.passthrough(request)
+
+
+@hookimpl
+def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
+    register(StageSpec(name="needs_other", kind="wrapper", impl=_Needs(), requires=("other",)))
+    register(StageSpec(name="other", kind="wrapper", impl=_Needs()))
+
+
+def test_a_missing_requirement_fails_when_the_pipeline_is_built() -> None:
+    plugins = Plugins()
+    plugins.register(__import__(__name__, fromlist=["_"]), name="needs")
+    conveyor.Pipeline(conveyor.resolve({"autoload": False}), plugins)  # both enabled: fine
+    with pytest.raises(ConfigError, match=r"stage 'needs_other' requires \['other'\], which are disabled: enable \['other'\] or disable 'needs_other'"):
+        conveyor.Pipeline(conveyor.resolve({"autoload": False, "disable": ["other"]}), plugins)
+
+
+def test_declarations_name_known_record_parts() -> None:
+    with pytest.raises(ValueError, match=r"reads unknown program record part\(s\) \['facts'\]"):
+        StageSpec(name="s", kind="wrapper", impl=_Needs(), reads=("facts",))
+    with pytest.raises(ValueError, match="cannot require itself"):
+        StageSpec(name="s", kind="wrapper", impl=_Needs(), requires=("s",))
+    assert Program.__dataclass_params__.frozen  # type: ignore[attr-defined]
