@@ -6,18 +6,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from conveyor import CompiledFn, Request, StageError
+from conveyor import CompiledFn, Request, StageError, stamp
 from conveyor_alias_db import AliasDb, input_aliasing
 
 from conveyor_triton import interpreter
 from conveyor_triton.classify import writes
 from conveyor_triton.decompose import decompose
+from conveyor_triton.kernel_graph import kernel_graph
 from conveyor_triton.lower import lower
 from conveyor_triton.specialize import PerSizes, is_symbolic
 
 STAGE = "triton"
-
-interpreter.switch_on_if_no_gpu()
 
 OPTIONS: dict[str, Any] = {
     "cache_dir": None,  # where kernel sources are kept (default: ~/.cache/conveyor/triton)
@@ -36,16 +35,23 @@ def _received_outputs(request: Request) -> list[Any]:
 class TritonBackend:
     """Compiles a request's graph into a :class:`~conveyor_triton.program.Program`.
 
-    The program is also recorded in ``request.graph.meta["conveyor_triton"]``,
-    so the graph :func:`conveyor.last_graphs` shows after this stage carries its
-    kernels and report (see :func:`conveyor_triton.reports`)."""
+    It stamps (Note [Stamps] in ``conveyor.stamps``) the graph it lowered,
+    after its decompositions, with the program as the stamp's artifact (what
+    :func:`conveyor_triton.programs` and :func:`conveyor_triton.reports`
+    find), and the ``"kernels"`` step: that graph with each fusion group
+    folded into one kernel call (:mod:`conveyor_triton.kernel_graph`). A
+    symbolically sized graph is lowered per size at run time (Note [Symbolic
+    sizes in the triton backend]): its stamp is the graph it received, with
+    the :class:`~conveyor_triton.specialize.PerSizes` as artifact."""
 
     def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
         tensors = [t for t in request.inputs if isinstance(t, torch.Tensor)]
         needs_history = request.grad_enabled and any(t.requires_grad for t in tensors)
         interpreter.prepare({t.device for t in tensors}, STAGE)
         if is_symbolic(request):  # Note [Symbolic sizes in the triton backend]
-            return PerSizes(request, lambda static: self.compile(static, options))
+            per_sizes = PerSizes(request, lambda static: self.compile(static, options))
+            stamp(request.graph, artifact=per_sizes)
+            return per_sizes
         notes: list[str] = []
         conflicts = None
         mutating = any(writes(n) for n in request.graph.graph.nodes if n.op == "call_function")
@@ -70,5 +76,6 @@ class TritonBackend:
                 "enable the autograd stage (it hands this backend separate forward and backward graphs), "
                 "or run under torch.no_grad()",
             )
-        request.graph.meta["conveyor_triton"] = program
+        stamp(gm, artifact=program)
+        stamp(kernel_graph(gm, program), "kernels")
         return program

@@ -1,11 +1,16 @@
 """Triton's interpreter for CPU tensors.
 
-Without a GPU, kernels run in Triton's interpreter on CPU tensors; it must be
-switched on (``TRITON_INTERPRET=1``) before triton is first imported (setting
-it later breaks every kernel). Tracing imports triton (PyTorch probes for it),
-so the backend cannot wait for its first compile: :func:`switch_on_if_no_gpu`
-runs when this package is imported, which the pipeline does when it loads its
-stages, before any capture.
+Note [Choosing Triton's interpreter]: without a GPU, kernels run in Triton's
+interpreter on CPU tensors. Triton decides at its first import whether its
+library functions (``tl.sum``, ``tl.sigmoid``, ...) are interpreted, from
+``TRITON_INTERPRET``; a kernel built later as an interpreted function cannot
+call compiled ones, so the switch cannot be turned on per kernel. Tracing
+imports triton (PyTorch probes for it), so the choice must come before the
+first capture. It is made in one place, :func:`select`, when a pipeline that
+has the triton stage is built (the stage's registration), never at import:
+with no CUDA device, triton not imported yet and ``TRITON_INTERPRET`` unset,
+it sets ``TRITON_INTERPRET=1``. Set the variable yourself (``0`` or ``1``)
+to choose; :func:`prepare` checks the choice when the backend compiles.
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from collections.abc import Iterable
 import torch
 from conveyor import StageError
 
+SWITCH = "TRITON_INTERPRET"
+
 
 def interpreting() -> bool:
     """Whether kernels will run in the interpreter: the switch is on and, if
     triton is already imported, it was on at import time (``tl.sum`` and the
     other library kernels are interpreted functions only then)."""
-    if os.environ.get("TRITON_INTERPRET", "0").lower() not in ("1", "true", "on", "yes"):
+    if os.environ.get(SWITCH, "0").lower() not in ("1", "true", "on", "yes"):
         return False
     if "triton" not in sys.modules:
         return True
@@ -31,23 +38,22 @@ def interpreting() -> bool:
     return type(tl.standard.sum).__name__ == "InterpretedFunction"
 
 
-def switch_on_if_no_gpu() -> None:
-    """Set ``TRITON_INTERPRET=1`` if no CUDA device is available and triton
-    is not imported yet (and the user has not set it either way)."""
-    if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules and not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+def select() -> None:
+    """Choose Triton's interpreter if no CUDA device is available, triton is
+    not imported yet and the user has not set ``TRITON_INTERPRET`` either way
+    (Note [Choosing Triton's interpreter]). Called when a pipeline with the
+    triton stage is built."""
+    if SWITCH not in os.environ and "triton" not in sys.modules and not torch.cuda.is_available():
+        os.environ[SWITCH] = "1"
 
 
 def prepare(devices: Iterable[torch.device], stage: str) -> None:
-    """Make sure kernels on ``devices`` can run: on CPU, the interpreter.
+    """Check that kernels on ``devices`` can run: on CPU, in the interpreter.
 
-    :raises StageError: CPU tensors, and triton already imported without the
-        interpreter.
+    :raises StageError: CPU tensors, and the interpreter not chosen (or
+        chosen after triton was imported).
     """
     if not any(d.type == "cpu" for d in devices) or interpreting():
-        return
-    if "triton" not in sys.modules:
-        os.environ["TRITON_INTERPRET"] = "1"
         return
     raise StageError(
         stage,

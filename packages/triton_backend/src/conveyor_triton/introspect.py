@@ -1,8 +1,9 @@
 """See the kernels: the same introspection as the stage graphs.
 
 ``conveyor.last_graphs(compiled)`` lists the graph after each stage; the
-graphs the triton backend compiled carry their program in
-``graph.meta["conveyor_triton"]``. These helpers collect them.
+triton backend's own stamp (the graph it lowered) carries the program it
+built as the stamp's ``artifact`` (Note [Stamps] in ``conveyor.stamps``).
+These helpers collect them.
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ from typing import Any
 
 import conveyor
 
+from conveyor_triton.backend import STAGE
 from conveyor_triton.program import Program
 from conveyor_triton.report import Report
+from conveyor_triton.specialize import PerSizes
 
 
 def programs(compiled: Any) -> tuple[Program, ...]:
     """The triton programs of the last call of ``compiled`` (one per graph:
-    forward, backward, ...)."""
+    forward, backward, ...). For a symbolically sized graph, the program of
+    the sizes it last ran with (none before it ran)."""
     found: list[Program] = []
     for g in conveyor.last_graphs(compiled):
-        p = g.graph.meta.get("conveyor_triton")
-        if g.stage == "triton" and isinstance(p, Program) and p not in found:
+        if g.stage != STAGE or g.step:
+            continue
+        p = g.artifact.last if isinstance(g.artifact, PerSizes) else g.artifact
+        if isinstance(p, Program) and p not in found:
             found.append(p)
     return tuple(found)
 

@@ -7,11 +7,13 @@ from collections.abc import Callable
 import conveyor
 from conveyor import StageSpec
 
+from conveyor_triton import interpreter
 from conveyor_triton.backend import OPTIONS, STAGE, TritonBackend
 
 
 @conveyor.hookimpl
 def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
+    interpreter.select()  # before any capture imports triton (Note [Choosing Triton's interpreter])
     register(
         StageSpec(
             name=STAGE,

@@ -58,7 +58,8 @@ class PerSizes:
         self.request = request
         self.compile_static = compile_static
         self.programs: OrderedDict[Hashable, CompiledFn] = OrderedDict()
-        self._shown: CompiledFn | None = None
+        #: the program of the last call (what ``conveyor_triton.reports`` shows)
+        self.last: CompiledFn | None = None
 
     def __call__(self, args: list[Any]) -> Sequence[Any]:
         key = tuple(_signature(a) for a in args)
@@ -70,9 +71,7 @@ class PerSizes:
                 self.programs.popitem(last=False)
         else:
             self.programs.move_to_end(key)
-        if program is not self._shown:  # conveyor_triton.reports shows the program that ran last
-            self.request.graph.meta["conveyor_triton"] = program
-            self._shown = program
+        self.last = program
         return program(args)
 
     def _specialize(self, args: Sequence[Any]) -> CompiledFn:
