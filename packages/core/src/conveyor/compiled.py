@@ -331,13 +331,19 @@ def compile(fn: Callable[..., Any], *, plugins: Plugins | None = None, **options
 
 
 def last_graphs(compiled: Any) -> tuple[StageGraph, ...]:
-    """The graph after each stage from the last call of a compiled function
-    (``conveyor.compile`` result, or a module compiled with
-    ``torch.compile(..., backend="conveyor")``), stamped with the stage."""
-    from conveyor.dynamo import last_dynamo_graphs
+    """Every graph the last call of a compiled function ran, stamped with the
+    stage that produced it (Note [Stamps] in ``conveyor.stamps``): the
+    result of ``conveyor.compile``, or of ``torch.compile(...,
+    backend="conveyor")`` (that object's graphs: Note [Graphs of a
+    torch.compile'd object] in ``conveyor.dynamo_graphs``).
+
+    :raises ValueError: ``compiled`` has not run a compiled graph yet, or
+        conveyor compiled none for it.
+    """
+    from conveyor.dynamo_graphs import graphs_of
 
     if isinstance(compiled, Compiled):
         if compiled.last is None:
             raise ValueError("last_graphs: the compiled function has not been called yet")
         return compiled.last.graphs
-    return last_dynamo_graphs()
+    return graphs_of(compiled)

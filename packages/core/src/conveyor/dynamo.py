@@ -27,7 +27,7 @@ import torch.fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from conveyor import cache, subclasses
+from conveyor import cache, dynamo_graphs, subclasses
 from conveyor.capture import trace_user
 from conveyor.config import resolve
 from conveyor.fallback import EagerFallback, has_autograd_function, warn_eager, watching_capture
@@ -35,14 +35,12 @@ from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn
 from conveyor.subclass_joint import compile_program
 
-_last_graphs: list[tuple[StageGraph, ...]] = [()]
-
 
 def last_dynamo_graphs() -> tuple[StageGraph, ...]:
-    """The stage graphs of the graph dynamo most recently ran through conveyor."""
-    if not _last_graphs[0]:
-        raise ValueError("last_graphs: nothing has been compiled by torch.compile(backend='conveyor') yet")
-    return _last_graphs[0]
+    """The stage graphs of the graph dynamo most recently ran through conveyor,
+    whichever object it belongs to; ``conveyor.last_graphs(compiled)`` gives
+    one object's (Note [Graphs of a torch.compile'd object])."""
+    return dynamo_graphs.last_run()
 
 
 class DynamoCompiled:
@@ -51,6 +49,7 @@ class DynamoCompiled:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], pipeline: Pipeline) -> None:
         self.gm = gm
         self.pipeline = pipeline
+        self.piece = dynamo_graphs.new_piece()  # Note [Graphs of a torch.compile'd object]
         self._eager = has_autograd_function(gm)  # Note [Custom autograd functions]
         if self._eager:
             warn_eager(
@@ -108,6 +107,7 @@ class DynamoCompiled:
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         if self._eager:
+            self.piece.last = (dynamo_graphs.ticks(), ())
             return self.gm(*args)  # type: ignore[no-any-return]
         if self._lowered_key is not None and self._key(args, shapes=False) == self._lowered_key:
             entry = self._lowered
@@ -120,8 +120,9 @@ class DynamoCompiled:
                 fakes = [_fakeify(x, fake_mode, static=True) for x in args]
                 entry = self._static[key] = self._compile(fakes, fake_mode, self._item_values(args))
         if entry is None:
+            self.piece.last = (dynamo_graphs.ticks(), ())
             return self.gm(*args)  # type: ignore[no-any-return]
-        _last_graphs[0] = entry[1]
+        self.piece.last = (dynamo_graphs.ticks(), entry[1])
         return entry[0](list(args))
 
 
