@@ -72,7 +72,8 @@ def run_demo(steps: int = 5, backend: str | None = None) -> int:
     for g in conveyor.last_graphs(compiled):
         ops = sum(1 for n in g.graph.graph.nodes if n.op == "call_function")
         ins = sum(1 for n in g.graph.graph.nodes if n.op == "placeholder")
-        print(f"  {g.stage:<16} {g.label:<9} {ins:>3} inputs  {ops:>4} ops")
+        where = f"{g.stage}: {g.step}" if g.step else g.stage
+        print(f"  {where:<18} {g.label:<9} {ins:>3} inputs  {ops:>4} ops")
     ok = worst < 1e-4
     print(f"\n{'OK' if ok else 'MISMATCH'}: largest loss difference {worst:.2e}")
     # sections from plugins (``conveyor_demo`` hook), e.g. a compiled backward
