@@ -32,24 +32,31 @@ permuted sizes and strides, and row values keep the natural order of the kept
 dimensions.
 
 Note [Write order]: a graph that still contains mutation (functionalize
-disabled) runs each writing node as an aten call, and the step graph gets an
-edge for every pair of a writer and a node that conflicts with it in memory
-(one writes what the other reads or writes), in program order: a conflicting
-node before the writer runs before it, one after runs after it. Whether two
-nodes conflict comes from ``conveyor_alias_db`` (the backend passes
-``AliasDb.conflicts``); views and aten calls always count as conflicting
-(a writer may change the metadata they read). A kernel may then hold nodes
-from both sides of a write that does not touch their memory, and never one
-that does, because that would be a cycle.
+disabled) runs each writing node as an aten call, and every pair of a writer
+and a node that conflicts with it in memory (one writes what the other reads
+or writes) keeps its program order in the step graph: a conflicting node
+before the writer runs before it, one after runs after it. The fuser's
+``AliasDb`` (``conveyor_triton.record``) answers which nodes conflict, as
+edges whose transitive closure orders every such pair
+(``conveyor_alias_db.memory_order``, Note [Memory order edges]); writers keep
+their order among themselves, and views and aten calls count as conflicting
+with every writer (a writer may change the metadata they read). A kernel may
+then hold nodes from both sides of a write that does not touch their memory,
+and never one that does, because that would be a cycle.
+
+The step graph (``conveyor_triton.steps``) owns the dependencies and answers
+the cycle questions in time proportional to the steps between the two ends
+(Note [Step ranks]); the groups a node may join are found through indexes of
+the values groups read and of the rows reducing groups reduce, never by a
+scan of every group, so the pass is linear in the graph for graphs made of
+repeated blocks (``benchmarks/fusion_scaling.py``).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal, cast
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 import torch
 import torch.fx
@@ -60,81 +67,50 @@ from conveyor_triton.domain import numel as _numel
 from conveyor_triton.domain import shape as _shape
 from conveyor_triton.merge import merge
 from conveyor_triton.ops import RULES
+from conveyor_triton.record import Working
+from conveyor_triton.steps import Ancestors, Group, Step, StepGraph
 
+__all__ = ["CANDIDATES", "Fuser", "Group", "Step"]
 
-@dataclass(eq=False)
-class Group:
-    """A fusion group while it is being formed.
-
-    :ivar members: node -> kind, in graph order.
-    :ivar numel: number of full elements.
-    :ivar reduce: ``R`` once the group has a reduction, else None.
-    :ivar rows: ``X`` once the group has a reduction.
-    :ivar perm: for a group whose reduction is not over trailing dimensions,
-        the order (kept dimensions, then reduced ones) its full values are
-        addressed in (Note [Permuted groups]); None otherwise.
-    :ivar shape: the logical shape of every full value of a permuted group.
-    :ivar reduced: the dimensions (of ``shape``) a permuted group reduces.
-    :ivar evaluate_at: absorbed producers computed at their user's (larger)
-        shape, their loads broadcast to it (Note [Absorbed producers]).
-    """
-
-    step: int
-    numel: int
-    members: dict[torch.fx.Node, Kind] = field(default_factory=dict)
-    reduce: int | None = None
-    rows: int | None = None
-    perm: tuple[int, ...] | None = None
-    shape: tuple[int, ...] | None = None
-    reduced: tuple[int, ...] = ()
-    evaluate_at: dict[torch.fx.Node, tuple[int, ...]] = field(default_factory=dict)
-    reads: set[torch.fx.Node] = field(default_factory=set)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One unit of the run-time program: a fusion group, an aten view, an aten
-    call (fallback), or a graph input."""
-
-    kind: Literal["input", "group", "view", "aten"]
-    node: torch.fx.Node | None
-    group: Group | None
-    position: int
+#: Groups a node tries for horizontal fusion (a shared read) and for a shared
+#: reduction domain, most recent first: older ones mostly depend on the node's
+#: inputs already, and asking each costs the steps in between (inductor bounds
+#: its pairwise fusion attempts in the same way).
+CANDIDATES = 32
 
 
 class Fuser:
-    """Forms fusion groups over a decomposed graph, in one pass in graph order."""
+    """Forms fusion groups over a decomposed graph, in one pass in graph order.
+
+    :ivar working: the fuser's working copy of the graph and its ``AliasDb``;
+        ``record()`` forms the groups there once they are decided.
+    """
 
     def __init__(
         self,
         graph: torch.fx.Graph,
         classes: dict[torch.fx.Node, NodeClass],
-        conflicts: Callable[[torch.fx.Node, torch.fx.Node], bool] | None = None,
+        input_aliasing: Sequence[Sequence[torch.fx.Node]] | None = None,
     ) -> None:
-        """:param conflicts: ``(node, writer) -> bool`` (Note [Write order]);
-        default: everything conflicts with every writer."""
+        """:param input_aliasing: groups of placeholders that may alias (the others
+        alias nothing); None: any input may alias any other."""
         self.classes = classes
-        self.conflicts = conflicts or (lambda node, writer: True)
-        self.steps: list[Step] = []
-        self.deps: list[set[int]] = []
+        self.graph = StepGraph()
         self.step_of: dict[torch.fx.Node, int] = {}
         self.group_of: dict[torch.fx.Node, Group] = {}
-        self.writers: list[torch.fx.Node] = []
         self.position: dict[torch.fx.Node, int] = {n: i for i, n in enumerate(graph.nodes)}
-        earlier: list[torch.fx.Node] = []
+        self._readers: dict[torch.fx.Node, list[Group]] = {}  # value -> groups that read it (lazy: check reads)
+        self._reducing: dict[tuple[object, ...], list[Group]] = {}  # Group.domain() -> reducing groups
+        self.working = Working(graph, input_aliasing)
+        body = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
+        self._after = self.working.memory_order(body, writer=self._writes, barrier=self._barrier)
         for position, node in enumerate(graph.nodes):
-            if node.op == "output":
-                continue
             cls = classes.get(node)
-            if cls is not None and cls.writes:
-                step = self._new_step("aten", node, position)
-                self.deps[step] |= {self.step_of[n] for n in earlier if self._conflict(n, node)}
-                self.deps[step] |= {self.step_of[w] for w in self.writers}
-                self.writers.append(node)
+            if node.op == "output":
                 continue
             if node.op == "placeholder":
                 self._new_step("input", node, position)
-            elif node.op != "call_function":
+            elif node.op != "call_function" or cast(NodeClass, cls).writes:
                 self._new_step("aten", node, position)
             elif cast(NodeClass, cls).category == "pointwise":  # classes cover every call_function node
                 self._pointwise(node, position)
@@ -144,77 +120,100 @@ class Fuser:
                 self._view(node, position)
             else:
                 self._new_step("aten", node, position)
-            if node.op != "placeholder":
-                earlier.append(node)
 
-    def _conflict(self, node: torch.fx.Node, writer: torch.fx.Node) -> bool:
+    @property
+    def steps(self) -> list[Step]:
+        """Every step, by index."""
+        return self.graph.steps
+
+    def order(self) -> list[int]:
+        """Steps in program order as far as data and memory order (Note [Write order]) allow."""
+        return self.graph.order()
+
+    def record(self) -> dict[int, torch.fx.Node]:
+        """Form the groups in the working copy through its ``AliasDb``; the group node of each group step."""
+        return self.working.record(self.steps, self.order())
+
+    # -- memory order (Note [Write order]) ------------------------------------
+    def _writes(self, node: torch.fx.Node) -> bool:
         cls = self.classes.get(node)
-        if cls is None or cls.category not in ("pointwise", "reduction"):
-            return True  # views, aten calls, get_attr: kept in program order around writes
-        return self.conflicts(node, writer)
+        return cls is not None and cls.writes
+
+    def _barrier(self, node: torch.fx.Node) -> bool:
+        cls = self.classes.get(node)
+        return cls is None or cls.category not in ("pointwise", "reduction")  # views, aten calls, get_attr
 
     def _order(self, node: torch.fx.Node) -> set[int]:
-        """Steps ``node`` must run after besides its data: writers it conflicts with."""
-        return {self.step_of[w] for w in self.writers if self._conflict(node, w)}
+        """Steps ``node`` must run after besides its data (Note [Write order])."""
+        return {self.step_of[n] for n in self._after.get(node, ())}
 
-    # -- steps and their dependencies -------------------------------------
+    # -- steps and groups ------------------------------------------------------
     def _new_step(self, kind: str, node: torch.fx.Node, position: int, group: Group | None = None) -> int:
-        index = len(self.steps)
-        self.steps.append(Step(kind, node if group is None else None, group, position))  # type: ignore[arg-type]
-        self.deps.append({self.step_of[a] for a in node.all_input_nodes} | self._order(node))
+        deps = {self.step_of[a] for a in node.all_input_nodes} | self._order(node)
+        step = Step(kind, node if group is None else None, group, position)  # type: ignore[arg-type]
+        index = self.graph.add(step, deps)
         self.step_of[node] = index
         return index
 
-    def _reaches(self, start: set[int], target: int) -> bool:
-        seen, stack = set(), list(start)
-        while stack:
-            s = stack.pop()
-            if s == target:
-                return True
-            if s not in seen:
-                seen.add(s)
-                stack.extend(self.deps[s])
-        return False
-
-    def _join(self, node: torch.fx.Node, group: Group, kind: Kind) -> bool:
-        """Add ``node`` to ``group`` unless that would make a cycle."""
+    def _outside(self, node: torch.fx.Node, group: Group) -> set[int]:
+        """The steps ``node`` depends on that are not ``group``."""
         outside = {self.step_of[a] for a in node.all_input_nodes if self.group_of.get(a) is not group}
-        outside |= self._order(node)
-        if self._reaches(outside, group.step):
+        return outside | self._order(node)
+
+    def _join(self, node: torch.fx.Node, group: Group, kind: Kind, ancestors: Ancestors | None = None) -> bool:
+        """Add ``node`` to ``group`` unless that would make a cycle (``ancestors``:
+        those of ``_outside(node, group)``, when the caller has them)."""
+        outside = self._outside(node, group)
+        if (ancestors or self.graph.ancestors(outside)).include(group.step):
             return False
         group.members[node] = kind
-        group.reads.update(a for a in node.all_input_nodes if a not in group.members)
-        self.deps[group.step] |= outside
+        self.read(group, [a for a in node.all_input_nodes if a not in group.members])
+        self.graph.depend(group.step, outside)
         self.step_of[node] = group.step
         self.group_of[node] = group
         return True
 
     def _new_group(self, node: torch.fx.Node, kind: Kind, position: int, numel: int) -> Group:
-        group = Group(step=len(self.steps), numel=numel)
+        group = Group(step=len(self.graph), numel=numel)
         self._new_step("group", node, position, group)
         group.members[node] = kind
-        group.reads.update(node.all_input_nodes)
+        self.read(group, node.all_input_nodes)
         self.group_of[node] = group
         return group
+
+    def read(self, group: Group, values: Iterable[torch.fx.Node]) -> None:
+        """Record that ``group`` reads ``values``."""
+        for value in values:
+            if value not in group.reads:
+                group.reads.add(value)
+                self._readers.setdefault(value, []).append(group)
+
+    def reducing(self, group: Group) -> None:
+        """Record that ``group`` now has a reduction (its ``domain()`` is set)."""
+        self._reducing.setdefault(cast(tuple, group.domain()), []).append(group)
+
+    def move(self, node: torch.fx.Node, group: Group) -> None:
+        """Record that ``node`` now belongs to ``group``."""
+        self.group_of[node] = group
+        self.step_of[node] = group.step
+
+    def _reading(self, node: torch.fx.Node) -> list[Group]:
+        """The groups that read one of ``node``'s inputs, most recent first."""
+        found: dict[Group, None] = {}
+        for a in node.all_input_nodes:
+            for g in self._readers.get(a, ()):
+                if a in g.reads:
+                    found[g] = None
+        return sorted(found, key=lambda g: -g.step)
 
     def _sharing(self, node: torch.fx.Node, shape: tuple[int, ...]) -> list[Group]:
         """Groups whose full values can have ``shape`` and that
         already read one of ``node``'s inputs (horizontal fusion: the read is
         shared), most recent first."""
-        found = [
-            g
-            for g in self._groups()
-            if g.numel == math.prod(shape)
-            and g.shape in (None, shape)
-            and g.reads & set(node.all_input_nodes)
-        ]
-        return sorted(found, key=lambda g: -g.step)
+        found = [g for g in self._reading(node) if g.numel == math.prod(shape) and g.shape in (None, shape)]
+        return found[:CANDIDATES]
 
-    def _groups(self) -> list[Group]:
-        """The groups so far, most recent first."""
-        return [s.group for s in reversed(self.steps) if s.group is not None]
-
-    def _access(
+    def access(
         self, operand: torch.fx.Node, group: Group, node: torch.fx.Node, kind: Kind, src_kind: Kind | None = None
     ) -> bool:
         """Whether ``node`` (of ``kind`` in ``group``) may read member ``operand``
@@ -226,7 +225,6 @@ class Fuser:
         if src_kind == kind:
             return src == dst
         return src_kind == "row" and row_broadcast_ok(src, dst, group.reduced)
-
 
     # -- one node of each category ------------------------------------------
     def _pointwise(self, node: torch.fx.Node, position: int) -> None:
@@ -260,18 +258,18 @@ class Fuser:
                 continue
             if _numel(node) != (group.numel if kind == "full" else group.rows):
                 continue
-            if all(self._access(a, group, node, kind) for a in inside) and self._join(node, group, kind):
+            if all(self.access(a, group, node, kind) for a in inside) and self._join(node, group, kind):
                 return group
         for group in self._sharing(node, _shape(node)):
             inside = [a for a in operands if self.group_of.get(a) is group]
-            if group not in candidates and all(self._access(a, group, node, "full") for a in inside):
+            if group not in candidates and all(self.access(a, group, node, "full") for a in inside):
                 if self._join(node, group, "full"):
                     return group
-        for group in self._groups():  # a per-row value next to a reduction reading the same input
-            if group.rows == _numel(node) != group.numel and group.reads & set(node.all_input_nodes):
-                inside = [a for a in operands if self.group_of.get(a) is group]
-                if all(self._access(a, group, node, "row") for a in inside) and self._join(node, group, "row"):
-                    return group
+        beside = [g for g in self._reading(node) if g.rows == _numel(node) != g.numel]
+        for group in beside[:CANDIDATES]:  # a per-row value next to a reduction reading the same input
+            inside = [a for a in operands if self.group_of.get(a) is group]
+            if all(self.access(a, group, node, "row") for a in inside) and self._join(node, group, "row"):
+                return group
         return None
 
     def _loose(self, operand: torch.fx.Node, user: torch.fx.Node) -> bool:
@@ -294,7 +292,7 @@ class Fuser:
             if alone is group:
                 continue
             at = None
-            if _numel(a) == _numel(node) and self._access(a, group, node, kind, kind):
+            if _numel(a) == _numel(node) and self.access(a, group, node, kind, kind):
                 a_kind: Kind = kind
             elif kind == "full" and group.rows is not None and _numel(a) == group.rows:
                 a_kind = "row"
@@ -304,23 +302,21 @@ class Fuser:
                 continue
             if a_kind == "full" and group.shape not in (None, at or _shape(a)):
                 continue
-            if at is None and not self._access(a, group, node, kind, a_kind):
+            if at is None and not self.access(a, group, node, kind, a_kind):
                 continue
-            if self._reaches(self.deps[alone.step], group.step):
+            if self.graph.reaches(self.graph.deps(alone.step), group.step):
                 continue
-            if any(alone.step in d for i, d in enumerate(self.deps) if i != group.step):
+            if self.graph.users(alone.step) - {group.step}:
                 continue  # a writer must run after it (Note [Write order])
-            self.deps[group.step] = (self.deps[group.step] | self.deps[alone.step]) - {alone.step}
-            self.deps[alone.step] = set()
+            self.graph.contract(group.step, alone.step)
             alone.members.clear()
             alone.reads.clear()
             group.members[a] = a_kind
             if at is not None:
                 group.evaluate_at[a] = at
             group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
-            group.reads.update(a.all_input_nodes)
-            self.group_of[a] = group
-            self.step_of[a] = group.step
+            self.read(group, a.all_input_nodes)
+            self.move(a, group)
 
     def _reduction(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]
@@ -337,10 +333,13 @@ class Fuser:
                 return
         # read from outside: any group already reducing rows of this domain
         # takes it (one launch instead of two, reads shared or not)
-        domain = [g for g in self._groups() if g.reduce is not None]
-        for shared in [*self._sharing(node, shape), *domain]:
+        key = (math.prod(shape), reduce, rows, perm, shape if perm is not None else None)
+        domain = sorted((g for g in self._reducing.get(key, ()) if g.domain() == key), key=lambda g: -g.step)
+        ancestors = None  # of the same outside steps for every group but the source's: explored once
+        for shared in dict.fromkeys([*self._sharing(node, shape), *domain[:CANDIDATES]]):
             if shared is not group:
-                if self._fits(shared, shape, perm, reduce, rows) and self._join(node, shared, "row"):
+                ancestors = ancestors or self.graph.ancestors(self._outside(node, shared))
+                if self._fits(shared, shape, perm, reduce, rows) and self._join(node, shared, "row", ancestors):
                     self._set_reduction(shared, shape, perm, dims, reduce, rows)
                     return
         group = self._new_group(node, "row", position, math.prod(shape))
@@ -359,13 +358,15 @@ class Fuser:
         # a pointwise group becomes permuted: every member must be a full value of this very shape
         return all(_shape(n) == shape and n.target in RULES for n in group.members)
 
-    @staticmethod
     def _set_reduction(
-        group: Group, shape: tuple[int, ...], perm: tuple[int, ...] | None, dims: tuple[int, ...], reduce: int, rows: int
+        self, group: Group, shape: tuple[int, ...], perm: tuple[int, ...] | None, dims: tuple[int, ...], reduce: int, rows: int
     ) -> None:
+        first = group.reduce is None
         group.reduce, group.rows = reduce, rows
         if perm is not None:
             group.perm, group.shape, group.reduced = perm, shape, tuple(perm[len(perm) - len(dims) :])
+        if first:
+            self.reducing(group)
 
     def _view(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]
@@ -380,25 +381,3 @@ class Fuser:
         ):
             return
         self._new_step("view", node, position)
-
-    # -- the result -----------------------------------------------------------
-    def order(self) -> list[int]:
-        """Steps in program order as far as data and memory order (Note [Write order]) allow."""
-        users: list[set[int]] = [set() for _ in self.steps]
-        waiting = [len(d - {i}) for i, d in enumerate(self.deps)]
-        for i, d in enumerate(self.deps):
-            for j in d - {i}:
-                users[j].add(i)
-        ready = [(self.steps[i].position, i) for i, w in enumerate(waiting) if w == 0]
-        heapq.heapify(ready)
-        out: list[int] = []
-        while ready:
-            _, i = heapq.heappop(ready)
-            out.append(i)
-            for u in users[i]:
-                waiting[u] -= 1
-                if waiting[u] == 0:
-                    heapq.heappush(ready, (self.steps[u].position, u))
-        if len(out) != len(self.steps):
-            raise AssertionError("fusion made a cycle in the step graph")
-        return out

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from conveyor_alias_db import AliasDb
 
 from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
 from conveyor_triton.codegen import generate
@@ -80,19 +81,30 @@ def lower(
     options: dict[str, Any],
     notes: Sequence[str] = (),
     conflicts: Callable[[torch.fx.Node, torch.fx.Node], bool] | None = None,
+    *,
+    input_aliasing: Sequence[Sequence[torch.fx.Node]] | None = None,
 ) -> Program:
     """Build the program for ``gm``.
 
     :param received_outputs: the fake output values of the graph the backend
         received, by output position (their strides are eager's).
-    :param conflicts: memory conflicts between a node and a writer (Note
-        [Write order] in ``conveyor_triton.fusion``); None: every node conflicts.
+    :param input_aliasing: groups of placeholders of ``gm`` that may alias
+        (``conveyor_alias_db.input_aliasing``); None: any input may alias any other.
+    :param conflicts: superseded by ``input_aliasing`` (the fuser asks its own
+        ``AliasDb``, Note [Fusion in the AliasDb] in ``conveyor_triton.record``);
+        an ``AliasDb.conflicts`` passed here gives its ``input_aliasing``.
     """
     graph = gm.graph
+    if conflicts is not None:
+        db = getattr(conflicts, "__self__", None)
+        if not isinstance(db, AliasDb):
+            raise TypeError("lower(conflicts=...) takes only AliasDb.conflicts; pass input_aliasing instead")
+        input_aliasing = input_aliasing if input_aliasing is not None else db.input_aliasing
     classes: dict[torch.fx.Node, NodeClass] = {
         n: classify(n) for n in graph.nodes if n.op == "call_function"
     }
-    fuser = Fuser(graph, classes, conflicts)
+    fuser = Fuser(graph, classes, input_aliasing)
+    fuser.record()
     output_node = next(n for n in graph.nodes if n.op == "output")
     outputs = list(output_node.args[0]) if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
     output_meta: dict[torch.fx.Node, Any] = {}

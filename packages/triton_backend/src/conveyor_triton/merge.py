@@ -15,16 +15,29 @@ both. When that node joins one of them, the other one merges in if
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
 import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS
 from conveyor_triton.domain import Kind, shape
 from conveyor_triton.ops import RULES
+from conveyor_triton.steps import Group, StepGraph
 
-if TYPE_CHECKING:
-    from conveyor_triton.fusion import Fuser, Group
+
+class Fusing(Protocol):
+    """What a merge needs of the fuser (``conveyor_triton.fusion.Fuser``): its public API."""
+
+    graph: StepGraph
+    position: dict[torch.fx.Node, int]
+
+    def access(
+        self, operand: torch.fx.Node, group: Group, node: torch.fx.Node, kind: Kind, src_kind: Kind | None = None
+    ) -> bool: ...
+    def read(self, group: Group, values: Iterable[torch.fx.Node]) -> None: ...
+    def reducing(self, group: Group) -> None: ...
+    def move(self, node: torch.fx.Node, group: Group) -> None: ...
 
 
 def _domain(a: Group, b: Group) -> Group | None:
@@ -41,7 +54,7 @@ def _domain(a: Group, b: Group) -> Group | None:
     return reducing
 
 
-def _reads_ok(fuser: Fuser, merged: Group, members: dict[torch.fx.Node, Kind], other: set[torch.fx.Node]) -> bool:
+def _reads_ok(fuser: Fusing, merged: Group, members: dict[torch.fx.Node, Kind], other: set[torch.fx.Node]) -> bool:
     """Every read across the two old groups is legal in place in ``merged``."""
     for m, kind in members.items():
         if m.target in REDUCTIONS:
@@ -54,12 +67,12 @@ def _reads_ok(fuser: Fuser, merged: Group, members: dict[torch.fx.Node, Kind], o
         for i in RULES[m.target].reads:
             a = m.args[i] if i < len(m.args) else None
             if isinstance(a, torch.fx.Node) and a in members and (a in other) != (m in other):
-                if not fuser._access(a, merged, m, kind, members[a]):
+                if not fuser.access(a, merged, m, kind, members[a]):
                     return False
     return True
 
 
-def merge(fuser: Fuser, other: Group, group: Group) -> bool:
+def merge(fuser: Fusing, other: Group, group: Group) -> bool:
     """Merge ``other`` into ``group`` if Note [Group merging] allows it."""
     if other is group or not other.members or not group.members:
         return False
@@ -67,31 +80,26 @@ def merge(fuser: Fuser, other: Group, group: Group) -> bool:
     if keep is None:
         return False
     so, sg = other.step, group.step
-    if any(fuser._reaches({d}, so) for d in fuser.deps[sg] - {so}):
-        return False
-    if any(fuser._reaches({d}, sg) for d in fuser.deps[so] - {sg}):
-        return False
+    steps = fuser.graph
+    if steps.reaches(steps.deps(sg) - {so}, so) or steps.reaches(steps.deps(so) - {sg}, sg):
+        return False  # a third step lies on a path between them
     members = dict(sorted({**group.members, **other.members}.items(), key=lambda m: fuser.position[m[0]]))
-    probe = type(group)(step=-1, numel=keep.numel, members=members, reduce=keep.reduce, rows=keep.rows,
-                        perm=keep.perm, shape=keep.shape, reduced=keep.reduced)  # fmt: skip
+    probe = Group(step=-1, numel=keep.numel, members=members, reduce=keep.reduce, rows=keep.rows,
+                  perm=keep.perm, shape=keep.shape, reduced=keep.reduced)  # fmt: skip
     if not _reads_ok(fuser, probe, members, set(other.members)):
         return False
+    was_reducing = group.reduce is not None
     group.members = members
     group.reduce, group.rows, group.perm, group.shape, group.reduced = (
         keep.reduce, keep.rows, keep.perm, keep.shape, keep.reduced,
     )  # fmt: skip
-    group.reads |= other.reads
+    if group.reduce is not None and not was_reducing:
+        fuser.reducing(group)
+    fuser.read(group, other.reads)
     group.evaluate_at.update(other.evaluate_at)
     for m in other.members:
-        fuser.group_of[m] = group
-        fuser.step_of[m] = sg
-    fuser.deps[sg] = (fuser.deps[sg] | fuser.deps[so]) - {so, sg}
-    for i, d in enumerate(fuser.deps):
-        if so in d:
-            d.discard(so)
-            if i != sg:
-                d.add(sg)
-    fuser.deps[so] = set()
+        fuser.move(m, group)
+    steps.contract(sg, so)
     other.members.clear()
     other.reads.clear()
     return True

@@ -1,0 +1,146 @@
+"""How the triton backend's fusion pass scales with the graph: 1k to 64k nodes.
+
+The graphs repeat a transformer-style block traced with the backend's own
+decompositions and functionalize off (so in-place writes stay in the graph):
+a matmul (an aten fallback), bias add and GELU, a masked softmax, a layer
+norm, an in-place accumulation into a per-block buffer and an in-place scale
+of it, a view / permute / reshape round trip, and a residual add. Each block
+has its own weights and buffer; the mask is shared, as an attention mask is.
+
+The fusion pass is what ``conveyor_triton.lower`` runs before code generation:
+the fuser copies the graph and analyses the copy with ``AliasDb``, decides the
+groups (memory order from the analysis, cycle checks on its step graph), and
+records them in the copy through ``AliasDb.create_group`` /
+``merge_into_group`` (Note [Fusion in the AliasDb]). It runs with the debug
+rebuild-check (``CONVEYOR_ALIAS_DB_VERIFY``) off. The *rebuild every merge*
+variant makes the same merges but analyses the whole copy again after each
+one, as a fuser without PR 42141's in-place update would; it runs only where
+its estimate (one rebuild times the number of merges) is inside
+``--rebuild-budget`` seconds.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fusion_scaling.py [sizes...]
+
+The graph is moved out of the cyclic garbage collector's sight (``gc.freeze``)
+before each timed pass, so full collections walking the whole graph do not
+blur the scaling.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton (CPU only here)
+os.environ["CONVEYOR_ALIAS_DB_VERIFY"] = "0"  # the debug rebuild-check off
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.fx  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from conveyor_alias_db import AliasDb, input_aliasing  # noqa: E402
+from conveyor_triton.classify import classify  # noqa: E402
+from conveyor_triton.decompose import table  # noqa: E402
+from conveyor_triton.fusion import Fuser  # noqa: E402
+from torch.fx.experimental.proxy_tensor import make_fx  # noqa: E402
+
+ROWS, WIDTH = 32, 64
+
+
+def block(x, w, b, g, buf, mask):  # type: ignore[no-untyped-def]
+    h = F.gelu(torch.mm(x, w) + b)
+    a = torch.softmax(h + mask, -1)
+    h = F.layer_norm(h * a, (WIDTH,), g, b)
+    buf.add_(h)  # in place: functionalize off
+    v = h.view(ROWS, 2, WIDTH // 2).transpose(1, 2).reshape(ROWS, WIDTH)
+    y = x + v.relu() * 0.5
+    buf.mul_(0.9)
+    return y + buf.sum(-1, keepdim=True)
+
+
+def generate(n_nodes: int) -> torch.fx.Graph:
+    """About ``n_nodes`` nodes: ``block`` repeated, each with its own weights and buffer."""
+    shapes = [(ROWS, WIDTH), (WIDTH, WIDTH), (WIDTH,), (WIDTH,), (ROWS, WIDTH), (ROWS, WIDTH)]
+    traced = make_fx(block, tracing_mode="fake", decomposition_table=table())(*[torch.randn(s) for s in shapes])
+    inputs = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    body = [n for n in traced.graph.nodes if n.op not in ("placeholder", "output")]
+    result = next(n for n in traced.graph.nodes if n.op == "output").args[0]
+    blocks = max(1, n_nodes // (len(body) + 4))
+    graph = torch.fx.Graph()
+
+    def placeholder(like: torch.fx.Node, name: str) -> torch.fx.Node:
+        node = graph.placeholder(name)
+        node.meta = dict(like.meta)
+        return node
+
+    x, mask = placeholder(inputs[0], "x"), placeholder(inputs[5], "mask")
+    weights = [[placeholder(p, f"{p.name}_{i}") for p in inputs[1:5]] for i in range(blocks)]
+    for own in weights:
+        env = {inputs[0]: x, inputs[5]: mask, **dict(zip(inputs[1:5], own, strict=True))}
+        for node in body:
+            env[node] = graph.node_copy(node, env.__getitem__)
+        x = env[result]  # type: ignore[index]
+    graph.output(x)
+    return graph
+
+
+def fusion_pass(graph: torch.fx.Graph, rebuild: bool = False) -> tuple[Fuser, float, float, int]:
+    """Run the fusion pass; return the fuser, the seconds to decide and to record, and the merges."""
+    values = [n.meta["val"] for n in graph.nodes if n.op == "placeholder"]
+    start = time.perf_counter()
+    classes = {n: classify(n) for n in graph.nodes if n.op == "call_function"}
+    fuser = Fuser(graph, classes, input_aliasing(graph, values))
+    order = fuser.order()
+    decided = time.perf_counter()
+    fuser.working.record(fuser.steps, order, rebuild=rebuild)
+    recorded = time.perf_counter()
+    merges = sum(len(s.group.members) - 1 for s in fuser.steps if s.group is not None and s.group.members)
+    return fuser, decided - start, recorded - decided, merges
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("sizes", nargs="*", type=int, default=[1000, 4000, 16000, 64000])
+    parser.add_argument("--rebuild-budget", type=float, default=60.0)
+    args = parser.parse_args()
+
+    fusion_pass(generate(200))  # warm the per-op caches
+    print(f"torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, rebuild-check off")
+    header = f"{'nodes':>7} {'groups':>6} {'merges':>7} {'decide (s)':>10} {'record (s)':>10} {'total (s)':>9}"
+    print(f"{header} {'rebuild every merge (s)':>24}")
+    totals: dict[int, float] = {}
+    for size in args.sizes:
+        graph = generate(size)
+        nodes = len(graph.nodes)
+        gc.collect()
+        gc.freeze()
+        fuser, decide, record, merges = fusion_pass(graph)
+        gc.unfreeze()
+        totals[nodes] = decide + record
+        groups = sum(1 for s in fuser.steps if s.group is not None and s.group.members)
+        if size == min(args.sizes):
+            fuser.working.alias_db.verify()  # the analysis updated in place equals a rebuild
+        start = time.perf_counter()
+        AliasDb.from_graph(fuser.working.graph, verify_updates=False)
+        estimate = (time.perf_counter() - start) * (merges + groups)  # one rebuild per group update
+        if estimate > args.rebuild_budget:
+            rebuilt = f"skipped (est. ~{estimate:.0f})"
+        else:
+            graph = generate(size)
+            gc.collect()
+            gc.freeze()
+            _, decide_again, record_again, _ = fusion_pass(graph, rebuild=True)
+            gc.unfreeze()
+            rebuilt = f"{decide_again + record_again:.2f}"
+        print(
+            f"{nodes:>7} {groups:>6} {merges:>7} {decide:>10.2f} {record:>10.2f} {decide + record:>9.2f} {rebuilt:>24}",
+            flush=True,
+        )
+    sizes = sorted(totals)
+    for small, big in zip(sizes, sizes[1:], strict=False):
+        print(f"fusion pass {big}/{small} nodes: {totals[big] / totals[small]:.2f}x time for {big / small:.1f}x nodes")
+
+
+if __name__ == "__main__":
+    main()
