@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 from conveyor import CompiledFn, Request, StageError, stamp
-from conveyor_alias_db import AliasDb, input_aliasing
+from conveyor_alias_db import input_aliasing
 
 from conveyor_triton import interpreter
 from conveyor_triton.classify import writes
@@ -53,12 +53,11 @@ class TritonBackend:
             stamp(request.graph, artifact=per_sizes)
             return per_sizes
         notes: list[str] = []
-        conflicts = None
+        aliasing = None
         mutating = any(writes(n) for n in request.graph.graph.nodes if n.op == "call_function")
         if mutating:
             gm = request.graph
-            db = AliasDb.from_graph(gm.graph, input_aliasing(gm.graph, request.inputs))
-            conflicts = db.conflicts
+            aliasing = input_aliasing(gm.graph, request.inputs)  # the fuser's AliasDb takes it
             notes.append("graph writes to tensors: not decomposed; kernels keep memory order (conveyor_alias_db)")
         elif options.get("decompose", True):
             gm, why = decompose(request)
@@ -66,7 +65,7 @@ class TritonBackend:
                 notes.append(why)
         else:
             gm = request.graph
-        program = lower(gm, _received_outputs(request), request.label, dict(options), notes, conflicts)
+        program = lower(gm, _received_outputs(request), request.label, dict(options), notes, input_aliasing=aliasing)
         if needs_history and program.kernels:
             # aten steps (views, fallbacks) record autograd history; kernels do not. A graph
             # of views only (the autograd stage hands those on as they are) runs as it is.

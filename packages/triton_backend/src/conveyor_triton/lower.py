@@ -3,13 +3,12 @@ classify, fuse, decide what each kernel stores, generate the sources."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx
-from conveyor_alias_db import AliasDb
 
 from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
 from conveyor_triton.codegen import generate
@@ -80,7 +79,6 @@ def lower(
     label: str,
     options: dict[str, Any],
     notes: Sequence[str] = (),
-    conflicts: Callable[[torch.fx.Node, torch.fx.Node], bool] | None = None,
     *,
     input_aliasing: Sequence[Sequence[torch.fx.Node]] | None = None,
 ) -> Program:
@@ -90,16 +88,10 @@ def lower(
         received, by output position (their strides are eager's).
     :param input_aliasing: groups of placeholders of ``gm`` that may alias
         (``conveyor_alias_db.input_aliasing``); None: any input may alias any other.
-    :param conflicts: superseded by ``input_aliasing`` (the fuser asks its own
-        ``AliasDb``, Note [Fusion in the AliasDb] in ``conveyor_triton.record``);
-        an ``AliasDb.conflicts`` passed here gives its ``input_aliasing``.
+        The fuser asks its own ``AliasDb`` which nodes keep their memory order
+        (Note [Fusion in the AliasDb] in ``conveyor_triton.record``).
     """
     graph = gm.graph
-    if conflicts is not None:
-        db = getattr(conflicts, "__self__", None)
-        if not isinstance(db, AliasDb):
-            raise TypeError("lower(conflicts=...) takes only AliasDb.conflicts; pass input_aliasing instead")
-        input_aliasing = input_aliasing if input_aliasing is not None else db.input_aliasing
     classes: dict[torch.fx.Node, NodeClass] = {
         n: classify(n) for n in graph.nodes if n.op == "call_function"
     }

@@ -20,24 +20,11 @@ decision of the fuser fails the compile instead of reordering memory accesses.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
 
 import torch.fx
 from conveyor_alias_db import AliasDb, memory_order
 
-from conveyor_triton.domain import Kind
-
-
-class _Step(Protocol):
-    kind: str
-    node: torch.fx.Node | None
-
-    @property
-    def group(self) -> _Group | None: ...
-
-
-class _Group(Protocol):
-    members: dict[torch.fx.Node, Kind]
+from conveyor_triton.steps import Step
 
 
 class Working:
@@ -74,7 +61,7 @@ class Working:
         )
         return {original[c]: [original[d] for d in earlier] for c, earlier in after.items()}
 
-    def record(self, steps: Sequence[_Step], order: Sequence[int], *, rebuild: bool = False) -> dict[int, torch.fx.Node]:
+    def record(self, steps: Sequence[Step], order: Sequence[int], *, rebuild: bool = False) -> dict[int, torch.fx.Node]:
         """Lay the copy out in ``order`` (a topological order of ``steps``) and form
         each group step's group there (Note [Fusion in the AliasDb]); return the
         group node of each group step.
