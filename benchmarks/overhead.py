@@ -5,7 +5,12 @@ process:
 
 * per-call overhead over eager (µs): ``torch.compile(backend="aot_eager")``,
   ``conveyor.compile`` and ``torch.compile(backend="conveyor")``, each the
-  minimum over interleaved rounds of calls minus eager's minimum;
+  minimum over interleaved rounds of calls minus eager's minimum; and dynamo's
+  own floor (``torch.compile`` with a backend that runs dynamo's graph as it
+  is), which neither backend behind dynamo can go below. Calls are timed in
+  the thread's CPU time (``time.thread_time``): on a shared machine wall time
+  counts the time other processes hold the core, CPU time does not
+  (``--wall`` times wall clock instead);
 * first call (ms): a fresh compile through each entry point;
 * backend compile time behind dynamo (dynamo's own tracing excluded: only the
   time inside the backend callable), conveyor / aot_eager, on small Hugging
@@ -17,7 +22,7 @@ residual MLP (LayerNorm, Linear, GELU) under ``no_grad`` and as a training step.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/overhead.py`` (a few
 minutes on 2 cores). ``--quick`` runs fewer rounds. Timings on a shared machine
-swing; the minimum over interleaved rounds is the stable figure.
+swing; the minimum over interleaved rounds of CPU time is the stable figure.
 """
 
 from __future__ import annotations
@@ -81,10 +86,13 @@ def inference(model: Callable[..., torch.Tensor]) -> Callable[[torch.Tensor], to
 
 
 # -- one row ----------------------------------------------------------------
-def row(name: str, build: Callable[[str], Callable[..., Any]], args: tuple[Any, ...], rounds: int, calls: int) -> dict[str, Any]:
+def row(
+    name: str, build: Callable[[str], Callable[..., Any]], args: tuple[Any, ...], rounds: int, calls: int, timer: Callable[[], float]
+) -> dict[str, Any]:
     """``build(kind)`` returns the callable for kind in eager / aot_eager /
-    conveyor.compile / torch.compile(conveyor), built fresh (not yet called)."""
-    kinds = ["eager", "aot_eager", "conveyor.compile", "torch.compile(conveyor)"]
+    conveyor.compile / torch.compile(conveyor) / dynamo floor, built fresh
+    (not yet called)."""
+    kinds = ["eager", "aot_eager", "conveyor.compile", "torch.compile(conveyor)", "dynamo floor"]
     first: dict[str, float] = {}
     fns: dict[str, Callable[..., Any]] = {}
     for kind in kinds:
@@ -101,9 +109,14 @@ def row(name: str, build: Callable[[str], Callable[..., Any]], args: tuple[Any, 
     for _ in range(rounds):  # interleaved
         for kind in kinds:
             fn = fns[kind]
-            best[kind] = min(best[kind], timeit.timeit(lambda fn=fn: fn(*args), number=calls) / calls * 1e6)
+            t = timeit.Timer(lambda fn=fn: fn(*args), timer=timer).timeit(number=calls)
+            best[kind] = min(best[kind], t / calls * 1e6)
     over = {k: best[k] - best["eager"] for k in kinds[1:]}
     return {"name": name, "over": over, "first": first, "eager_us": best["eager"]}
+
+
+def _dynamo_graph_as_is(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
+    return gm.forward
 
 
 def compiled(kind: str, target: Any) -> Callable[..., Any]:
@@ -113,6 +126,8 @@ def compiled(kind: str, target: Any) -> Callable[..., Any]:
         return torch.compile(target, backend="aot_eager")
     if kind == "conveyor.compile":
         return conveyor.compile(target)
+    if kind == "dynamo floor":
+        return torch.compile(target, backend=_dynamo_graph_as_is)
     return torch.compile(target, backend="conveyor")
 
 
@@ -215,19 +230,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face backend compile ratios")
+    parser.add_argument("--wall", action="store_true", help="time wall clock, not the thread's CPU time")
     opts = parser.parse_args()
-    rounds, calls = (2, 10) if opts.quick else (7, 100)
+    rounds, calls = (2, 10) if opts.quick else (15, 100)
+    timer = time.perf_counter if opts.wall else time.thread_time
     print(f"torch {torch.__version__}, conveyor {conveyor.__version__}, threads {torch.get_num_threads()}")
-    print("\nper-call overhead over eager, µs (ratio conveyor / aot_eager); first call, ms")
-    print(f"{'program':36} {'eager µs':>9} {'aot_eager':>10} {'conveyor.compile':>17} {'torch.compile(cv)':>18}   first ms: aot / cv.compile / tc(cv)")
+    clock = "wall clock" if opts.wall else "thread CPU time"
+    print(f"\nper-call overhead over eager, µs, {clock} (ratio conveyor / aot_eager); first call, ms")
+    print(
+        f"{'program':36} {'eager µs':>9} {'aot_eager':>10} {'conveyor.compile':>17} {'torch.compile(cv)':>18}"
+        f" {'dynamo floor':>13}   first ms: aot / cv.compile / tc(cv)"
+    )
     for name, build, args in programs():
-        r = row(name, build, args, rounds, calls)
+        r = row(name, build, args, rounds, calls, timer)
         o, f = r["over"], r["first"]
         aot = o["aot_eager"]
         print(
             f"{name:36} {r['eager_us']:9.0f} {aot:10.0f} "
             f"{o['conveyor.compile']:8.0f} ({o['conveyor.compile'] / aot:4.2f}x) "
             f"{o['torch.compile(conveyor)']:9.0f} ({o['torch.compile(conveyor)'] / aot:4.2f}x)"
+            f" {o['dynamo floor']:13.0f}"
             f"   {f['aot_eager']:.0f} / {f['conveyor.compile']:.0f} / {f['torch.compile(conveyor)']:.0f}"
         )
     ratios = [] if opts.no_hf else backend_compile_ratios()
