@@ -3,12 +3,15 @@
 Note [Picklable run-time callables]: the disk cache (``conveyor.disk_cache``)
 stores what ``Pipeline.compile`` returns, the run-time callable and the graph
 after each stage, by pickling it. The contract for stages: the callable a
-backend returns and the one a wrapper's ``Lowering.wrap`` returns is
-picklable (a ``functools.partial`` of a module-level function over plain-data
-plans and the inner callable(s), or a small class with ``__reduce__`` where
-something must be rebuilt on load). Where it is not, the program is simply
-not stored: :func:`dumps` raises :class:`Unpicklable` naming the object's
-type, and the cache logs it at debug level.
+backend returns and the one a wrapper's ``Lowering.wrap`` returns can be
+pickled by :func:`dumps`. A closure stays a closure, as cheap to call as
+before: the function that made it marks it with :func:`reducible`
+(``return reducible(run, _wrapped, inner, plan)``), and it is stored as that
+call, over plain-data plans and the inner callable(s), and made again on
+load. An object with ``__call__`` pickles as usual (``__getstate__`` /
+``__reduce__`` where something must be rebuilt). Where a callable cannot be
+pickled, the program is simply not stored: :func:`dumps` raises
+:class:`Unpicklable` naming the object, and the cache logs it at debug level.
 
 This pickler differs from plain ``pickle`` in three ways:
 
@@ -30,13 +33,26 @@ from __future__ import annotations
 import functools
 import io
 import pickle
-from typing import Any
+from collections.abc import Callable
+from types import FunctionType
+from typing import Any, TypeVar
 
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.node import map_aggregate
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reducible(fn: F, rebuild: Callable[..., F], *args: Any) -> F:
+    """Mark the closure ``fn`` so that :func:`dumps` stores it as the call
+    ``rebuild(*args)`` (which must make an equivalent closure; ``args``
+    picklable by :func:`dumps`). Returns ``fn`` itself: calling it costs
+    what it did."""
+    fn.__conveyor_reduce__ = (rebuild, args)  # type: ignore[attr-defined]
+    return fn
 
 
 class Unpicklable(TypeError):
@@ -67,6 +83,9 @@ class _Pickler(pickle.Pickler):
         self._constants: set[int] = set()  # ids of tensors that are GraphModule constants
 
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is FunctionType:
+            marked = getattr(obj, "__conveyor_reduce__", None)
+            return NotImplemented if marked is None else marked
         if isinstance(obj, torch.fx.GraphModule):
             return self._graph_module(obj)
         if isinstance(obj, torch.Tensor):

@@ -15,10 +15,11 @@ Note [The disk cache key]: a sha256 over
 * the pipeline: each stage in order with its kind, options, and the
   distribution and version that registered it;
 * the environment: the versions of Python, torch, every distribution that
-  registered a stage and every distribution those depend on; a distribution
-  installed editable (``pip install -e``) is also fingerprinted by the size
-  and modification time of each of its ``.py`` files, since its code can
-  change without a new version.
+  registered a stage and every distribution those depend on directly; a
+  distribution installed editable (``pip install -e``) is also fingerprinted
+  by the size and modification time of each of its ``.py`` files, since its
+  code can change without a new version, and its own requirements are
+  followed in turn.
 
 :func:`program_key` returns ``None`` (with the reason) for a request it
 cannot key soundly: symbolic sizes (guards the pipeline adds must reach the
@@ -210,8 +211,9 @@ def _constant(gm: torch.fx.GraphModule, target: str) -> Any:
 @functools.lru_cache(maxsize=16)
 def environment(distributions: tuple[str, ...]) -> str:
     """Python's and torch's versions, and those of ``distributions`` and of
-    what they depend on, editable installs fingerprinted by their sources
-    (computed once per process per set of distributions)."""
+    what they depend on directly; editable installs are fingerprinted by their
+    sources, and what they depend on is followed in turn (computed once per
+    process per set of distributions)."""
     seen: dict[str, Any] = {}
     todo = ["conveyor-core", *distributions]
     while todo:
@@ -226,11 +228,19 @@ def environment(distributions: tuple[str, ...]) -> str:
         source = _editable_source(dist)
         seen[name] = (dist.version, _fingerprint(source) if source is not None else None)
         for requirement in dist.requires or ():
-            if "extra ==" in requirement:
-                continue
             match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
-            if match:
-                todo.append(match.group(0))
+            if match is None or "extra ==" in requirement or _normalized(match.group(0)) in seen:
+                continue
+            required = _normalized(match.group(0))
+            try:
+                found = importlib.metadata.distribution(required)
+            except importlib.metadata.PackageNotFoundError:
+                seen[required] = "absent"
+                continue
+            if _editable_source(found) is not None:
+                todo.append(required)  # its code can change without a version: fingerprinted in turn
+            else:
+                seen[required] = (found.version, None)  # a version says what it is: not followed further
     parts = (sys.version, torch.__version__, tuple(sorted(seen.items())))
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch.fx
 
+from conveyor.artifacts import reducible
 from conveyor.grad_regions import drop_inert_detaches
 from conveyor.stage import CompiledFn, Request
 from conveyor.stamps import stamp
@@ -21,11 +21,13 @@ class EagerBackend:
         # under no_grad a detach that only feeds other nodes is a node eager never runs
         graph = request.graph if request.grad_enabled else drop_inert_detaches(request.graph)
         stamp(graph)  # the graph it runs (Note [Stamps])
-        # picklable (Note [Picklable run-time callables] in conveyor.artifacts)
-        return functools.partial(_run, graph)
+        return _running(graph)
 
 
-def _run(graph: torch.fx.GraphModule, args: list[Any]) -> Sequence[Any]:
-    # the graph's own forward: nn.Module's call machinery (hooks, which
-    # nothing registers on a stage's graph) costs a microsecond or two per call
-    return graph.forward(*args)  # type: ignore[no-any-return]
+def _running(graph: torch.fx.GraphModule) -> CompiledFn:
+    def run(args: list[Any]) -> Sequence[Any]:
+        # the graph's own forward: nn.Module's call machinery (hooks, which
+        # nothing registers on a stage's graph) costs a microsecond or two per call
+        return graph.forward(*args)  # type: ignore[no-any-return]
+
+    return reducible(run, _running, graph)  # Note [Picklable run-time callables]
