@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import CompiledFn
+from conveyor.artifacts import reducible
 
 from conveyor_autograd.layout import AutogradLayout
 
@@ -155,34 +156,20 @@ def wrap(
     compiled_backward: CompiledFn,
     function: type[CompiledFunction] = CompiledFunction,
 ) -> CompiledFn:
-    """The stage's compiled callable: flat args in, user outputs out."""
-    return ProgramRun(layout, compiled_forward, compiled_backward, function)
+    """The stage's compiled callable: flat args in, user outputs out. It
+    pickles (Note [Picklable run-time callables] in ``conveyor.artifacts``)
+    as the program's :class:`BackwardGraph`: the program's own
+    ``CompiledFunction`` class is made again on load."""
+
+    def run(args: list[Any]) -> Sequence[Any]:
+        return function.apply(layout, compiled_forward, compiled_backward, *args)
+
+    marker = getattr(function, "conveyor_backward", None)
+    return reducible(run, _loaded, layout, compiled_forward, compiled_backward, marker)
 
 
-class ProgramRun:
-    """The stage's run-time callable: ``function.apply`` over the compiled
-    pair. Picklable (Note [Picklable run-time callables] in
-    ``conveyor.artifacts``): the program's own ``CompiledFunction`` class is
-    made again on load from its :class:`BackwardGraph`."""
-
-    __slots__ = ("apply", "backward", "forward", "function", "layout")
-
-    def __init__(
-        self, layout: AutogradLayout, forward: CompiledFn, backward: CompiledFn, function: type[CompiledFunction]
-    ) -> None:
-        self.layout, self.forward, self.backward, self.function = layout, forward, backward, function
-        self.apply = function.apply
-
-    def __call__(self, args: list[Any]) -> Sequence[Any]:
-        return self.apply(self.layout, self.forward, self.backward, *args)  # type: ignore[no-any-return]
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        marker = getattr(self.function, "conveyor_backward", None)
-        return (_loaded_run, (self.layout, self.forward, self.backward, marker))
-
-
-def _loaded_run(
-    layout: AutogradLayout, forward: CompiledFn, backward: CompiledFn, marker: BackwardGraph | None
-) -> ProgramRun:
+def _loaded(
+    layout: AutogradLayout, compiled_forward: CompiledFn, compiled_backward: CompiledFn, marker: BackwardGraph | None
+) -> CompiledFn:
     function = CompiledFunction if marker is None else _function_class(marker)
-    return ProgramRun(layout, forward, backward, function)
+    return wrap(layout, compiled_forward, compiled_backward, function)
