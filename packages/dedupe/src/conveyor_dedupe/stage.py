@@ -12,7 +12,6 @@ Run time: the prologue drops the repeated arguments; there is no epilogue
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ import conveyor
 import torch
 import torch.fx
 from conveyor import CompiledFn, Lowering, Request
+from conveyor.artifacts import reducible
 from conveyor.cache import unshared
 
 from conveyor_dedupe.mapping import DedupeMap, first_positions
@@ -47,14 +47,12 @@ def _expanding(graph: torch.fx.GraphModule, mapping: DedupeMap) -> Any:
 
 
 def _deduping(compiled: CompiledFn, mapping: DedupeMap) -> CompiledFn:
-    # picklable (Note [Picklable run-time callables] in conveyor.artifacts)
-    return functools.partial(_run, compiled, mapping)
+    def run(args: list[Any]) -> Sequence[Any]:
+        inner = mapping.to_inner(args)
+        args.clear()
+        return compiled(inner)
 
-
-def _run(compiled: CompiledFn, mapping: DedupeMap, args: list[Any]) -> Sequence[Any]:
-    inner = mapping.to_inner(args)
-    args.clear()
-    return compiled(inner)
+    return reducible(run, _deduping, compiled, mapping)  # Note [Picklable run-time callables] in conveyor.artifacts
 
 
 def cache_key(flat: Sequence[Any]) -> tuple[int, ...]:
