@@ -22,6 +22,7 @@ from enum import Enum
 from typing import Any, cast
 
 import torch
+from conveyor.artifacts import reducible
 from conveyor.functional_run import FunctionalRun
 from conveyor.overlap import overlaps_itself, span
 from conveyor.program_meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
@@ -306,5 +307,5 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
                 outs[k] = r.view.regenerate(outs[r.index])
         return outs
 
-    return run
+    return reducible(run, _runtime, plan, inner)  # Note [Picklable run-time callables] in conveyor.artifacts
 
