@@ -22,6 +22,7 @@ import conveyor
 import conveyor.fallback
 import torch
 from conveyor import CompiledFn, Lowering, Request
+from conveyor.artifacts import reducible
 from conveyor.cache import unshared
 from conveyor.overlap import overlaps_itself
 
@@ -95,7 +96,7 @@ def _wrapped(compiled: CompiledFn, mapping: BaseMap, layout: OutputLayout) -> Co
         outs = compiled(mapping.to_inner(args))
         return layout.apply(args, outs)
 
-    return run
+    return reducible(run, _wrapped, compiled, mapping, layout)  # Note [Picklable run-time callables] in conveyor.artifacts
 
 
 def cache_key(flat: Sequence[Any]) -> Any:
