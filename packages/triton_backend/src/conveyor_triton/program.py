@@ -64,6 +64,17 @@ class KernelStep:
     files: dict[bool, Path] = field(default_factory=dict)
     _fns: dict[bool, Any] = field(default_factory=dict)
     _warned: bool = False
+    #: where the outputs go when the kernel loads nothing (read off the graph at compile time)
+    device: torch.device | None = None
+
+    def __post_init__(self) -> None:
+        if self.device is None and self.kernel.stores:
+            self.device = self.kernel.stores[0].node.meta["val"].device
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Note [Picklable run-time callables] in conveyor.artifacts: the loaded
+        # jit functions are not stored; fn() loads them again from the sources
+        return {**self.__dict__, "_fns": {}, "files": {}}
 
     @property
     def kernel(self) -> KernelSource:
@@ -98,7 +109,7 @@ class KernelStep:
         device = tensors[0].device if tensors else None
         outs = []
         for store, stride in zip(k.stores, self.store_strides):
-            device = device or store.node.meta["val"].device
+            device = device or self.device
             out = torch.empty_strided(store.shape, stride, dtype=store.dtype, device=device)
             if self.poison:
                 out.fill_(_poison(store.dtype))
