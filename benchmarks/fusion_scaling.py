@@ -20,9 +20,11 @@ its estimate (one rebuild times the number of merges) is inside
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/fusion_scaling.py [sizes...]
 
-The graph is moved out of the cyclic garbage collector's sight (``gc.freeze``)
-before each timed pass, so full collections walking the whole graph do not
-blur the scaling.
+The cyclic garbage collector is off during each timed pass, as ``timeit``
+has it (``--gc`` keeps it on): its full collections walk every object alive,
+the graphs included, so with it on a pass that allocates O(n) objects pays
+O(n) collections of O(n) objects, a cost of CPython that a C++ IR does not
+have and that blurs the scaling of the pass itself.
 """
 
 from __future__ import annotations
@@ -103,10 +105,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("sizes", nargs="*", type=int, default=[1000, 4000, 16000, 64000])
     parser.add_argument("--rebuild-budget", type=float, default=60.0)
+    parser.add_argument("--rebuild-sizes", type=int, nargs="*", default=[250, 500, 1000])
+    parser.add_argument("--gc", action="store_true", help="keep the cyclic garbage collector on while timing")
     args = parser.parse_args()
+    quiet = (lambda: None) if args.gc else gc.disable
 
     fusion_pass(generate(200))  # warm the per-op caches
-    print(f"torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, rebuild-check off")
+    collector = "on" if args.gc else "off while timing"
+    print(f"torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, rebuild-check off, gc {collector}")
     header = f"{'nodes':>7} {'groups':>6} {'merges':>7} {'decide (s)':>10} {'record (s)':>10} {'total (s)':>9}"
     print(f"{header} {'rebuild every merge (s)':>24}")
     totals: dict[int, float] = {}
@@ -114,9 +120,9 @@ def main() -> None:
         graph = generate(size)
         nodes = len(graph.nodes)
         gc.collect()
-        gc.freeze()
+        quiet()
         fuser, decide, record, merges = fusion_pass(graph)
-        gc.unfreeze()
+        gc.enable()
         totals[nodes] = decide + record
         groups = sum(1 for s in fuser.steps if s.group is not None and s.group.members)
         if size == min(args.sizes):
@@ -129,9 +135,9 @@ def main() -> None:
         else:
             graph = generate(size)
             gc.collect()
-            gc.freeze()
+            quiet()
             _, decide_again, record_again, _ = fusion_pass(graph, rebuild=True)
-            gc.unfreeze()
+            gc.enable()
             rebuilt = f"{decide_again + record_again:.2f}"
         print(
             f"{nodes:>7} {groups:>6} {merges:>7} {decide:>10.2f} {record:>10.2f} {decide + record:>9.2f} {rebuilt:>24}",
@@ -140,6 +146,26 @@ def main() -> None:
     sizes = sorted(totals)
     for small, big in zip(sizes, sizes[1:], strict=False):
         print(f"fusion pass {big}/{small} nodes: {totals[big] / totals[small]:.2f}x time for {big / small:.1f}x nodes")
+
+    print("\nrebuild every merge vs in place, the same merges:")
+    print(f"{'nodes':>7} {'merges':>7} {'in place (s)':>12} {'rebuild (s)':>11} {'ratio':>7}")
+    rebuilt_times: dict[int, float] = {}
+    for size in args.rebuild_sizes:
+        times = []
+        for rebuild in (False, True):
+            graph = generate(size)
+            gc.collect()
+            quiet()
+            _, decide, record, merges = fusion_pass(graph, rebuild=rebuild)
+            gc.enable()
+            times.append(decide + record)
+        nodes = len(graph.nodes)
+        rebuilt_times[nodes] = times[1]
+        print(f"{nodes:>7} {merges:>7} {times[0]:>12.2f} {times[1]:>11.2f} {times[1] / times[0]:>6.0f}x", flush=True)
+    sizes = sorted(rebuilt_times)
+    for small, big in zip(sizes, sizes[1:], strict=False):
+        ratio = rebuilt_times[big] / rebuilt_times[small]
+        print(f"rebuild every merge {big}/{small} nodes: {ratio:.2f}x time for {big / small:.1f}x nodes")
 
 
 if __name__ == "__main__":

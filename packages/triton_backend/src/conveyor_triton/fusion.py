@@ -54,6 +54,7 @@ repeated blocks (``benchmarks/fusion_scaling.py``).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence
 from typing import cast
@@ -72,10 +73,11 @@ from conveyor_triton.steps import Ancestors, Group, Step, StepGraph
 
 __all__ = ["CANDIDATES", "Fuser", "Group", "Step"]
 
-#: Groups a node tries for horizontal fusion (a shared read) and for a shared
-#: reduction domain, most recent first: older ones mostly depend on the node's
-#: inputs already, and asking each costs the steps in between (inductor bounds
-#: its pairwise fusion attempts in the same way).
+#: Groups a node considers for horizontal fusion (the most recent groups that
+#: read one of its inputs) and for a shared reduction domain (the most recent
+#: groups reducing the same rows): older ones mostly depend on the node's inputs
+#: already, and asking each costs the steps in between (inductor bounds its
+#: pairwise fusion attempts in the same way).
 CANDIDATES = 32
 
 
@@ -100,7 +102,7 @@ class Fuser:
         self.group_of: dict[torch.fx.Node, Group] = {}
         self.position: dict[torch.fx.Node, int] = {n: i for i, n in enumerate(graph.nodes)}
         self._readers: dict[torch.fx.Node, list[Group]] = {}  # value -> groups that read it (lazy: check reads)
-        self._reducing: dict[tuple[object, ...], list[Group]] = {}  # Group.domain() -> reducing groups
+        self._reducing: dict[tuple[object, ...], list[Group]] = {}  # Group.domain() -> reducing groups, by step
         self.working = Working(graph, input_aliasing)
         body = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
         self._after = self.working.memory_order(body, writer=self._writes, barrier=self._barrier)
@@ -186,11 +188,11 @@ class Fuser:
         for value in values:
             if value not in group.reads:
                 group.reads.add(value)
-                self._readers.setdefault(value, []).append(group)
+                bisect.insort(self._readers.setdefault(value, []), group, key=lambda g: g.step)
 
     def reducing(self, group: Group) -> None:
-        """Record that ``group`` now has a reduction (its ``domain()`` is set)."""
-        self._reducing.setdefault(cast(tuple, group.domain()), []).append(group)
+        """Record that ``group`` now has a reduction (its ``domain()`` is set once, for good)."""
+        bisect.insort(self._reducing.setdefault(cast(tuple, group.domain()), []), group, key=lambda g: g.step)
 
     def move(self, node: torch.fx.Node, group: Group) -> None:
         """Record that ``node`` now belongs to ``group``."""
@@ -198,20 +200,24 @@ class Fuser:
         self.step_of[node] = group.step
 
     def _reading(self, node: torch.fx.Node) -> list[Group]:
-        """The groups that read one of ``node``'s inputs, most recent first."""
+        """The ``CANDIDATES`` most recent groups that read one of ``node``'s inputs, most recent first."""
         found: dict[Group, None] = {}
         for a in node.all_input_nodes:
-            for g in self._readers.get(a, ()):
-                if a in g.reads:
+            readers = self._readers.get(a, [])
+            taken = 0
+            for g in reversed(readers):
+                if taken == CANDIDATES:
+                    break
+                if a in g.reads:  # else merged away or absorbed since
                     found[g] = None
-        return sorted(found, key=lambda g: -g.step)
+                    taken += 1
+        return sorted(found, key=lambda g: -g.step)[:CANDIDATES]
 
     def _sharing(self, node: torch.fx.Node, shape: tuple[int, ...]) -> list[Group]:
         """Groups whose full values can have ``shape`` and that
         already read one of ``node``'s inputs (horizontal fusion: the read is
         shared), most recent first."""
-        found = [g for g in self._reading(node) if g.numel == math.prod(shape) and g.shape in (None, shape)]
-        return found[:CANDIDATES]
+        return [g for g in self._reading(node) if g.numel == math.prod(shape) and g.shape in (None, shape)]
 
     def access(
         self, operand: torch.fx.Node, group: Group, node: torch.fx.Node, kind: Kind, src_kind: Kind | None = None
@@ -266,7 +272,7 @@ class Fuser:
                 if self._join(node, group, "full"):
                     return group
         beside = [g for g in self._reading(node) if g.rows == _numel(node) != g.numel]
-        for group in beside[:CANDIDATES]:  # a per-row value next to a reduction reading the same input
+        for group in beside:  # a per-row value next to a reduction reading the same input
             inside = [a for a in operands if self.group_of.get(a) is group]
             if all(self.access(a, group, node, "row") for a in inside) and self._join(node, group, "row"):
                 return group
@@ -334,9 +340,9 @@ class Fuser:
         # read from outside: any group already reducing rows of this domain
         # takes it (one launch instead of two, reads shared or not)
         key = (math.prod(shape), reduce, rows, perm, shape if perm is not None else None)
-        domain = sorted((g for g in self._reducing.get(key, ()) if g.domain() == key), key=lambda g: -g.step)
+        domain = self._reducing.get(key, [])[-CANDIDATES:][::-1]  # most recent first
         ancestors = None  # of the same outside steps for every group but the source's: explored once
-        for shared in dict.fromkeys([*self._sharing(node, shape), *domain[:CANDIDATES]]):
+        for shared in dict.fromkeys([*self._sharing(node, shape), *domain]):
             if shared is not group:
                 ancestors = ancestors or self.graph.ancestors(self._outside(node, shared))
                 if self._fits(shared, shape, perm, reduce, rows) and self._join(node, shared, "row", ancestors):
