@@ -182,3 +182,12 @@ def test_declarations_name_known_record_parts() -> None:
     with pytest.raises(ValueError, match="cannot require itself"):
         StageSpec(name="s", kind="wrapper", impl=_Needs(), requires=("s",))
     assert Program.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+def test_an_unsafe_view_output_beside_its_base_is_not_taken_for_functional() -> None:
+    def f(x, y):
+        a = torch.ops.aten.mm.default(x, y)
+        return a, torch.ops.aten._unsafe_view.default(a, [4])
+
+    program = request_of(f, torch.randn(2, 2), torch.randn(2, 2)).program
+    assert not program.writing_nodes and not program.outputs_computed

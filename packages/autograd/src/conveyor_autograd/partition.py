@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import StageError
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor_autograd.joint import STAGE, JointGraph
 from conveyor_autograd.layout import AutogradLayout
@@ -129,4 +130,4 @@ def _subgraph(
             raise StageError(STAGE, f"partition: {node.format_node()} is needed but is neither computed nor given")
         env[node] = graph.node_copy(node, env.__getitem__)
     graph.output(tuple(env[r] if isinstance(r, torch.fx.Node) else r for r in results))
-    return torch.fx.GraphModule(joint.gm, graph)
+    return _make_graph_module(joint.gm, graph)  # lazy in the stage (Note [Graphs nobody runs])

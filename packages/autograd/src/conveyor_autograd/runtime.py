@@ -25,6 +25,7 @@ import torch
 import torch.fx
 from conveyor import CompiledFn
 from conveyor.artifacts import reducible
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor_autograd.layout import AutogradLayout
 
@@ -124,7 +125,7 @@ def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     out = graph.graph_copy(gm.graph, {})
     graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
+    return _make_graph_module(gm, graph)  # lazy in the stage (Note [Graphs nobody runs] in stage.py)
 
 
 def program_function(layout: AutogradLayout, backward: torch.fx.GraphModule) -> type[CompiledFunction]:

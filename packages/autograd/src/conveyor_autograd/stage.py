@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from conveyor import Lowering, Request, StageError, stamp
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
 from conveyor_autograd.grad_mode_ops import with_grad_mode_on
@@ -31,7 +32,14 @@ class Autograd:
     """Trace the joint forward+backward, partition it, and hand the backend
     a forward and a backward request; at run time both run inside one
     ``autograd.Function``. Inference requests (grad off, or no input that
-    requires grad) pass through."""
+    requires grad) pass through.
+
+    Note [Graphs nobody runs]: the joint graph, the partitioned forward and
+    backward and the backward's copy for compiled autograd are read, copied
+    and stamped but not run here (the backend builds what runs). They are
+    made as torch's lazy graph modules (as AOTAutograd makes its graphs),
+    whose Python code is generated the first time it is asked for (printed,
+    run, pickled), not once per graph the stage builds."""
 
     def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
         partitioner = PARTITIONERS.get(options["partitioner"])
@@ -49,12 +57,13 @@ class Autograd:
         checked = checked_backward_node(request.graph)
         if checked is not None:  # Note [Backwards that check their gradient]
             return eager_lowering(request, STAGE, checked)
-        joint = trace_joint(request)
-        if joint is None:
-            return Lowering.passthrough(request)
-        stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.stamps)
-        parts = split(joint, partitioner(joint))
-        return lower_split(request, parts)
+        with _use_lazy_graph_module(True):  # Note [Graphs nobody runs]
+            joint = trace_joint(request)
+            if joint is None:
+                return Lowering.passthrough(request)
+            stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.stamps)
+            parts = split(joint, partitioner(joint))
+            return lower_split(request, parts)
 
 
 def lower_split(request: Request, parts: Split) -> Lowering:

@@ -210,9 +210,16 @@ def _view_root(node: torch.fx.Node) -> torch.fx.Node | None:
         node = viewed[0]
 
 
+#: ops whose result shares its argument's memory although their schema
+#: declares no alias (functionalization makes them views, as eager's kernel is)
+_UNDECLARED_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
+
+
 def _returns_alias(node: torch.fx.Node) -> bool:
     if not isinstance(node.target, torch._ops.OpOverload):
         return node.op == "call_function"  # an unknown call may return anything
+    if node.target in _UNDECLARED_VIEWS:
+        return True
     return any(r.alias_sets for r in op_facts(node.target).aliasing.returns)
 
 
@@ -220,6 +227,9 @@ def _aliased_args(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The node arguments whose memory ``node``'s result may alias."""
     if not isinstance(node.target, torch._ops.OpOverload):
         return []
+    if node.target in _UNDECLARED_VIEWS:
+        first = node.args[0]
+        return [first] if isinstance(first, torch.fx.Node) else [node, node]
     aliasing = op_facts(node.target).aliasing
     sets = frozenset().union(*(r.alias_sets for r in aliasing.returns))
     out: list[torch.fx.Node] = []
