@@ -12,9 +12,13 @@ will run its steps and forms every group there with ``AliasDb.create_group``
 and ``AliasDb.merge_into_group``, the in-place update of pytorch/pytorch PR
 42141: each merge costs the size of the group's inputs and outputs, never a
 rebuild. The analysis then describes the fused program (each group node reads
-and writes what its members do), and ``AliasDb.merge_into_group`` checks every
-merge again: it refuses a node that cannot move next to its group, so a wrong
-decision of the fuser fails the compile instead of reordering memory accesses.
+and writes what its members do). In that layout a group's members follow each
+other, so no merge moves a node past another: whether a node may join a group
+across other steps is the step graph's question (Note [Step ranks] in
+``conveyor_triton.steps``), asked with the memory order this analysis gave.
+The tests check that the analysis after the merges equals a rebuild
+(``AliasDb.verify``) and that the fused copy, run as an FX graph, computes what
+the original does, writes included.
 """
 
 from __future__ import annotations
