@@ -120,7 +120,7 @@ class StepGraph:
     def ancestors(self, start: Iterable[int]) -> Ancestors:
         """``start`` and the steps they depend on, explored as far down as asked
         (valid until the graph changes)."""
-        return Ancestors(self, start)
+        return Ancestors(self._rank, self._deps, start)
 
     def depend(self, step: int, deps: Iterable[int]) -> None:
         """Make ``step`` depend on ``deps`` too (the caller checked that ``step``
@@ -191,9 +191,10 @@ class Ancestors:
     """Steps ``start`` depends on, explored from the top rank down: asking about
     several targets explores the steps above the lowest one once."""
 
-    def __init__(self, graph: StepGraph, start: Iterable[int]) -> None:
-        self._rank = graph._rank  # noqa: SLF001 (a view of the graph's own state, read only)
-        self._deps = graph._deps  # noqa: SLF001
+    def __init__(self, rank: list[int], deps: list[set[int]], start: Iterable[int]) -> None:
+        """:param rank: the step graph's ranks and ``deps`` its dependencies (read, never written)."""
+        self._rank = rank
+        self._deps = deps
         self._heap = [(-self._rank[s], s) for s in set(start)]
         heapq.heapify(self._heap)
         self._seen: set[int] = set()
