@@ -6,6 +6,8 @@ For each program, interleaved rounds of fresh processes (``OMP_NUM_THREADS=1``):
   pipeline, and the store);
 * warm: a second process with the folder the cold one filled (capture, and
   the program loaded from disk);
+* off: a fresh process with the cache switched off (``CONVEYOR_CACHE=0``):
+  cold minus off is what keying and storing cost a cold compile;
 * aot_eager: PyTorch's own equivalent, ``torch.compile(backend="aot_eager")``
   in a fresh process (it has no persistent cache of its own to warm).
 
@@ -110,7 +112,8 @@ def child(program: str, kind: str) -> dict[str, float]:
 
 # -- the parent: rounds of fresh processes -------------------------------------------
 def run_child(program: str, kind: str, cache_dir: str) -> dict[str, float]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CONVEYOR_CACHE": "1", "CONVEYOR_CACHE_DIR": cache_dir}
+    switch = "0" if kind == "off" else "1"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CONVEYOR_CACHE": switch, "CONVEYOR_CACHE_DIR": cache_dir}
     out = subprocess.run(
         [sys.executable, __file__, "--child", program, kind], env=env, capture_output=True, text=True, check=False
     )
@@ -134,22 +137,25 @@ def main() -> None:
 
     print(f"torch {torch.__version__}, conveyor {conveyor.__version__}, OMP_NUM_THREADS=1, {opts.rounds} rounds")
     print("first call in a fresh process, ms (minimum over rounds); split: capture + pipeline (cold) / load (warm)")
-    print(f"{'program':26} {'aot_eager':>9} {'cold':>7} {'warm':>7} {'warm/cold':>9}   cold split      warm split")
+    print(
+        f"{'program':26} {'aot_eager':>9} {'off':>6} {'cold':>6} {'warm':>6} {'warm/cold':>9}"
+        "   cold split      warm split"
+    )
     for program in programs:
         best: dict[str, dict[str, float]] = {}
-        for _ in range(opts.rounds):  # interleaved: cold, warm, aot_eager
+        for _ in range(opts.rounds):  # interleaved: cold, warm, off, aot_eager
             with tempfile.TemporaryDirectory(prefix="conveyor-bench-cache-") as folder:
-                for kind in ("cold", "warm", "aot_eager"):
+                for kind in ("cold", "warm", "off", "aot_eager"):
                     r = run_child(program, kind, folder)
                     if kind not in best or r["first"] < best[kind]["first"]:
                         best[kind] = r
-        cold, warm, aot = best["cold"], best["warm"], best["aot_eager"]
+        cold, warm, off, aot = best["cold"], best["warm"], best["off"], best["aot_eager"]
 
         def split(r: dict[str, float]) -> str:
             return f"{r.get('capture', float('nan')):5.0f} + {r.get('pipeline or load', float('nan')):5.0f}"
 
         print(
-            f"{program:26} {aot['first']:9.0f} {cold['first']:7.0f} {warm['first']:7.0f} "
+            f"{program:26} {aot['first']:9.0f} {off['first']:6.0f} {cold['first']:6.0f} {warm['first']:6.0f} "
             f"{warm['first'] / cold['first']:9.2f}   {split(cold)}   {split(warm)}"
         )
 

@@ -30,10 +30,12 @@ This pickler differs from plain ``pickle`` in three ways:
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import io
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FunctionType
 from typing import Any, TypeVar
 
@@ -64,7 +66,8 @@ def dumps(obj: Any) -> bytes:
     object that cannot be stored."""
     buffer = io.BytesIO()
     try:
-        _Pickler(buffer).dump(obj)
+        with _no_gc():
+            _Pickler(buffer).dump(obj)
     except Unpicklable:
         raise
     except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as exc:
@@ -74,7 +77,23 @@ def dumps(obj: Any) -> bytes:
 
 def loads(data: bytes) -> Any:
     """The object :func:`dumps` stored."""
-    return pickle.loads(data)
+    with _no_gc():
+        return pickle.loads(data)
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """No cyclic garbage collection while (un)pickling: the thousands of
+    small objects a program's graphs make would set off full collections
+    over the whole heap (fake tensors, torch's own), several times the
+    (un)pickling itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Pickler(pickle.Pickler):
@@ -107,15 +126,28 @@ class _Pickler(pickle.Pickler):
         index = {n: i for i, n in enumerate(nodes)}
 
         def ref(a: Any) -> Any:
-            return _Ref(index[a]) if isinstance(a, torch.fx.Node) else a
+            """``a`` in plain containers (fx's immutable ones pickle slowly),
+            each node in it a ``_Ref``."""
+            if isinstance(a, torch.fx.Node):
+                return _Ref(index[a])
+            if isinstance(a, tuple) and type(a) is not torch.Size:
+                items = [ref(v) for v in a]
+                return type(a)(*items) if hasattr(a, "_fields") else tuple(items)
+            if isinstance(a, list):
+                return [ref(v) for v in a]
+            if isinstance(a, dict):
+                return {k: ref(v) for k, v in a.items()}
+            if isinstance(a, slice):
+                return slice(ref(a.start), ref(a.stop), ref(a.step))
+            return a  # scalars, dtypes, sizes and other leaves
 
         table = tuple(
             (
                 n.op,
                 n.name,
                 n.target,
-                map_aggregate(n.args, ref),
-                map_aggregate(n.kwargs, ref),
+                ref(n.args),
+                ref(dict(n.kwargs)),
                 n.type,
                 {k: v for k, v in n.meta.items() if _plain(v)},
             )
