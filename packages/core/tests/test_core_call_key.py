@@ -105,7 +105,8 @@ def _changes() -> list[tuple[str, Callable[[Scale], None]]]:
         buffer = m.c
         assert isinstance(buffer, torch.Tensor)
         with torch.no_grad():
-            buffer.set_(m.b.detach())  # the same object, now in b's storage
+            b = m.b.detach()
+            buffer.set_(b.untyped_storage(), 0, b.shape, b.stride())  # the same object, now in b's storage
 
     def buffer_replaced(m: Scale) -> None:
         m.c = torch.tensor([[2.0], [3.0], [-1.0]])  # another shape: broadcasts differently

@@ -34,8 +34,10 @@ def test_a_warm_call_is_served_by_its_guard(monkeypatch: pytest.MonkeyPatch) -> 
     _no_rekey(compiled, monkeypatch)
     for _ in range(3):
         torch.testing.assert_close(compiled(torch.randn(2, 4).mul_(0).add_(x)), module(x))
+    linear = module[0]
+    assert isinstance(linear, torch.nn.Linear)
     with torch.no_grad():
-        module[0].weight.add_(1.0)  # values change, nothing the key holds
+        linear.weight.add_(1.0)  # values change, nothing the key holds
     torch.testing.assert_close(compiled(x), module(x))
     assert compiled.compiles == 1
 

@@ -86,6 +86,8 @@ class Compiled:
         state = self._state.tensors() if self._state is not None else ()
         constants: tuple[tuple[int, Any], ...]
         spec_key: Hashable
+        leaves: Sequence[Any]
+        tensors: Sequence[torch.Tensor]
         objects: ObjectArgs | None = None
         in_spec: pytree.TreeSpec | None = None
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
@@ -95,14 +97,14 @@ class Compiled:
         else:
             leaves, in_spec = pytree.tree_flatten((args, kwargs))
             objects = walk_args(leaves)  # Note [Python objects in and out]
-            tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
+            tensors = found = [v for v in leaves if isinstance(v, torch.Tensor)]
             skip = set(objects.positions) if objects is not None else set()
             constants = tuple(
                 (i, v) for i, v in enumerate(leaves) if not isinstance(v, torch.Tensor) and i not in skip
             )
             spec_key = in_spec
             if objects is not None:
-                tensors += objects.tensors
+                found += objects.tensors
                 spec_key = (in_spec, objects.key)
         flat = [*state, *tensors]
         # Note [A guard per entry]: the guards of this argument structure first
@@ -122,10 +124,10 @@ class Compiled:
             if in_spec is None:
                 in_spec = _positional_spec(len(args))
             entry = self._lookup(flat, spec_key, values, in_spec, leaves, constants, objects)
-            guard = EntryGuard.of(tensors, state, flat, self._keyed, entry)
-            if guard is not None:
+            made = EntryGuard.of(tensors, state, flat, self._keyed, entry)
+            if made is not None:
                 guards = self._guards.setdefault(coarse, [])
-                guards.insert(0, guard)
+                guards.insert(0, made)
                 del guards[_GUARDS:]
         self.last = entry
         if entry.eager:

@@ -36,11 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch._C._dynamo.guards import TensorGuards
+from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 
 from conveyor import cache
 
-_offset = torch.Tensor.storage_offset
+#: torch's stubs for the C++ class lag its signature (``tensor_check_names``)
+TensorGuards: Any = _TensorGuards
+
+_offset: Any = torch.Tensor.storage_offset
 _is_leaf = operator.attrgetter("is_leaf")
 _storage = torch.Tensor.untyped_storage
 _cdata = operator.attrgetter("_cdata")
