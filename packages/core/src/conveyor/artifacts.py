@@ -48,7 +48,7 @@ from torch.fx.node import map_aggregate
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def reducible(fn: F, rebuild: Callable[..., F], *args: Any) -> F:
+def reducible(fn: F, rebuild: Callable[..., Any], *args: Any) -> F:
     """Mark the closure ``fn`` so that :func:`dumps` stores it as the call
     ``rebuild(*args)`` (which must make an equivalent closure; ``args``
     picklable by :func:`dumps`). Returns ``fn`` itself: calling it costs
