@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch.fx
 
 from conveyor.artifacts import reducible
+from conveyor.backends.direct_calls import direct_forward
 from conveyor.grad_regions import drop_inert_detaches
 from conveyor.stage import CompiledFn, Request
 from conveyor.stamps import stamp
@@ -25,9 +26,8 @@ class EagerBackend:
 
 
 def _running(graph: torch.fx.GraphModule) -> CompiledFn:
-    def run(args: list[Any]) -> Sequence[Any]:
-        # the graph's own forward: nn.Module's call machinery (hooks, which
-        # nothing registers on a stage's graph) costs a microsecond or two per call
-        return graph.forward(*args)  # type: ignore[no-any-return]
-
+    # the graph's own generated code (not nn.Module's call machinery: hooks, which
+    # nothing registers on a stage's graph, cost a microsecond or two per call),
+    # calling each op's C++ operator directly (Note [Direct op calls])
+    run = direct_forward(graph)
     return reducible(run, _running, graph)  # Note [Picklable run-time callables]
