@@ -1,0 +1,59 @@
+"""Note [Direct op calls]: the eager backend runs a graph's generated code with
+each op bound to its C++ operator; results, dispatch and autograd are those of
+the graph's own ``forward``."""
+
+from __future__ import annotations
+
+import torch
+from conveyor.backends.direct_calls import direct_forward
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+def _program(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = torch.nn.functional.linear(x, w).relu()
+    z = torch.full((2,), 3.0, dtype=torch.float64) + y.sum().to(torch.float64)  # dtype constants in the code
+    return y * 2, z
+
+
+class _Recording(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[object] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.calls.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+def _inputs(requires_grad: bool) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    return [torch.randn(3, 4), torch.randn(5, 4, requires_grad=requires_grad)]
+
+
+def test_direct_calls_give_the_graphs_results_gradients_and_dispatch() -> None:
+    gm = make_fx(_program)(*_inputs(False))
+    run = direct_forward(gm)
+    for requires_grad in (False, True):
+        a, b = _inputs(requires_grad), _inputs(requires_grad)
+        expected, got = gm.forward(*a), run(b)
+        for e, g in zip(expected, got, strict=True):
+            torch.testing.assert_close(g, e)
+            assert g.dtype == e.dtype and g.requires_grad == e.requires_grad
+        if requires_grad:
+            (ga,) = torch.autograd.grad(expected[0].sum(), a[1])
+            (gb,) = torch.autograd.grad(got[0].sum(), b[1])
+            torch.testing.assert_close(gb, ga)
+    with _Recording() as seen_graph:
+        gm.forward(*_inputs(False))
+    with _Recording() as seen_direct:
+        run(_inputs(False))
+    assert seen_direct.calls == seen_graph.calls and seen_graph.calls
+
+
+def test_direct_calls_take_a_lazy_graph_module() -> None:
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    gm = make_fx(_program)(*_inputs(False))
+    lazy = _LazyGraphModule(gm, gm.graph)
+    torch.testing.assert_close(direct_forward(lazy)(_inputs(False)), gm.forward(*_inputs(False)))
