@@ -57,3 +57,29 @@ def test_direct_calls_take_a_lazy_graph_module() -> None:
     gm = make_fx(_program)(*_inputs(False))
     lazy = _LazyGraphModule(gm, gm.graph)
     torch.testing.assert_close(direct_forward(lazy)(_inputs(False)), gm.forward(*_inputs(False)))
+
+
+def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> None:
+    """Note [Transpose pairs]."""
+    from conveyor.backends.fold_views import fold_transpose_pairs
+
+    def program(w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x @ w.t().t(), w.t().t()  # the second pair is an output: kept
+
+    w, x = torch.randn(4, 4), torch.randn(3, 4)
+    gm = make_fx(program)(w, x)
+    folded = fold_transpose_pairs(gm)
+    t = torch.ops.aten.t.default
+    assert sum(n.target is t for n in gm.graph.nodes) == 4
+    assert sum(n.target is t for n in folded.graph.nodes) == 2
+    for e, g in zip(gm(w, x), folded(w, x), strict=True):
+        torch.testing.assert_close(g, e)
+        assert g.stride() == e.stride()
+
+    def writes(w: torch.Tensor) -> torch.Tensor:
+        y = w.t().t()
+        y.t_()
+        return w + 1
+
+    gm = make_fx(writes)(torch.randn(2, 3))
+    assert fold_transpose_pairs(gm) is gm

@@ -26,7 +26,7 @@ class _Proxy(types.SimpleNamespace):
     """An attribute namespace: the names set on it, and any other looked up on
     ``real`` the first time and kept."""
 
-    def __init__(self, real: Any, **names: Any) -> None:
+    def __init__(self, real: Any, /, **names: Any) -> None:
         super().__init__(**names)
         object.__setattr__(self, "_real", real)
 
