@@ -28,10 +28,10 @@ class _Proxy(types.SimpleNamespace):
 
     def __init__(self, real: Any, /, **names: Any) -> None:
         super().__init__(**names)
-        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "__conveyor_real__", real)  # no op or overload has a dunder name
 
     def __getattr__(self, name: str) -> Any:
-        value = getattr(object.__getattribute__(self, "_real"), name)
+        value = getattr(object.__getattribute__(self, "__conveyor_real__"), name)
         setattr(self, name, value)
         return value
 
