@@ -63,15 +63,16 @@ def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> N
     """Note [Transpose pairs]."""
     from conveyor.backends.fold_views import fold_transpose_pairs
 
-    def program(w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x @ w.t().t(), w.t().t()  # the second pair is an output: kept
+    def program(w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # the second pair is an output: kept; a chain of three is one t
+        return x @ w.t().t(), w.t().t(), x @ (w * 2).t().t().t()
 
     w, x = torch.randn(4, 4), torch.randn(3, 4)
     gm = make_fx(program)(w, x)
     folded = fold_transpose_pairs(gm)
     t = torch.ops.aten.t.default
-    assert sum(n.target is t for n in gm.graph.nodes) == 4
-    assert sum(n.target is t for n in folded.graph.nodes) == 2
+    assert sum(n.target is t for n in gm.graph.nodes) == 7
+    assert sum(n.target is t for n in folded.graph.nodes) == 3
     for e, g in zip(gm(w, x), folded(w, x), strict=True):
         torch.testing.assert_close(g, e)
         assert g.stride() == e.stride()
@@ -83,3 +84,27 @@ def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> N
 
     gm = make_fx(writes)(torch.randn(2, 3))
     assert fold_transpose_pairs(gm) is gm
+
+
+def test_linear_calls_give_eagers_one_call_and_the_same_bits() -> None:
+    """Note [Linear calls]."""
+    from conveyor.backends.fold_views import linear_calls
+
+    def program(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        shared = w.t()
+        return (
+            torch.nn.functional.linear(x, w, b),  # addmm(b, x, t(w))
+            torch.nn.functional.linear(x, w),  # mm(x, t(w))
+            torch.addmm(b, x, w.t(), beta=2.0),  # not the default beta: stays
+            x @ shared,
+            shared.sum(),  # the t has two readers: stays
+        )
+
+    x, w, b = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    gm = make_fx(program)(x, w, b)
+    folded = linear_calls(gm)
+    targets = [n.target for n in folded.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.ops.aten.linear.default) == 2
+    assert targets.count(torch.ops.aten.t.default) == 2
+    for e, g in zip(gm(x, w, b), folded(x, w, b), strict=True):
+        assert torch.equal(g, e)

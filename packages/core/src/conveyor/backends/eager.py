@@ -9,7 +9,7 @@ import torch.fx
 
 from conveyor.artifacts import reducible
 from conveyor.backends.direct_calls import direct_forward
-from conveyor.backends.fold_views import fold_transpose_pairs
+from conveyor.backends.fold_views import fold_transpose_pairs, linear_calls
 from conveyor.grad_regions import drop_inert_detaches
 from conveyor.stage import CompiledFn, Request
 from conveyor.stamps import stamp
@@ -22,7 +22,7 @@ class EagerBackend:
     def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
         # under no_grad a detach that only feeds other nodes is a node eager never runs
         graph = request.graph if request.grad_enabled else drop_inert_detaches(request.graph)
-        graph = fold_transpose_pairs(graph)  # Note [Transpose pairs]
+        graph = linear_calls(fold_transpose_pairs(graph))  # Note [Transpose pairs], Note [Linear calls]
         stamp(graph)  # the graph it runs (Note [Stamps])
         return _running(graph)
 
