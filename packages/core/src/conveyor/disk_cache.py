@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +34,7 @@ from typing import Any
 
 from conveyor import artifacts, disk_key
 from conveyor.config import Config
+from conveyor.files import user_cache_dir, write_atomic
 from conveyor.stage import CompiledFn, Request
 from conveyor.stamps import StageGraph
 
@@ -49,8 +48,7 @@ _HEADER = len(_MAGIC) + 4 + 32
 
 def default_dir() -> Path:
     """``$XDG_CACHE_HOME/conveyor/programs``, else ``~/.cache/conveyor/programs``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "conveyor" / "programs"
+    return user_cache_dir("programs")
 
 
 def cache_dir(config: Config) -> Path:
@@ -117,19 +115,9 @@ def store(path: Path, result: Compiled) -> bool:
     except artifacts.Unpicklable as exc:
         log.debug("not stored (cannot pickle the compiled program): %s", exc)
         return False
-    data = b"".join(
-        (_MAGIC, disk_key.FORMAT_VERSION.to_bytes(4, "little"), hashlib.sha256(payload).digest(), payload)
-    )
+    data = b"".join((_MAGIC, disk_key.FORMAT_VERSION.to_bytes(4, "little"), hashlib.sha256(payload).digest(), payload))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".program", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            _remove(Path(tmp))
-            raise
+        write_atomic(path, data)
     except OSError as exc:
         log.debug("cannot write %s: %s", path, exc)
         return False

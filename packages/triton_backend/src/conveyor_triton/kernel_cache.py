@@ -14,10 +14,11 @@ import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from conveyor.files import user_cache_dir, write_atomic
 
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}  # source hash -> the jit function, for this process
@@ -29,8 +30,7 @@ def default_dir() -> Path:
     env = os.environ.get("CONVEYOR_TRITON_CACHE")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "conveyor" / "triton"
+    return user_cache_dir("triton")
 
 
 def source_hash(source: str) -> str:
@@ -41,22 +41,9 @@ def path_for(cache_dir: Path, digest: str) -> Path:
     return cache_dir / digest[:2] / f"k_{digest}.py"
 
 
-def _write_atomic(path: Path, source: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".py", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _valid(path: Path, source: str) -> bool:
     try:
-        return path.read_text() == source
+        return path.read_text(encoding="utf-8") == source
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -71,7 +58,7 @@ def load(source: str, name: str, cache_dir: Path | None = None) -> tuple[Any, Pa
         if key in _loaded:
             return _loaded[key], path
         if not _valid(path, source):
-            _write_atomic(path, source)
+            write_atomic(path, source.encode("utf-8"))
         module_name = f"conveyor_triton_kernel_{digest[:24]}_{len(_loaded)}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
