@@ -52,7 +52,7 @@ def _time(fn: Callable[[torch.Tensor], torch.Tensor], model: torch.nn.Module, x:
 
 def _rank(rank: int, port: int, steps: int) -> None:
     import conveyor
-    from conveyor.pipeline import Pipeline
+    from conveyor.testing.counting import counting_compiles
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -88,22 +88,14 @@ def _rank(rank: int, port: int, steps: int) -> None:
         label = name if name in ("eager", "conveyor.compile") else f"torch.compile {name}"
         results.append(("tensor-parallel MLP", label, _time(fn, tp, x, steps)))
 
-    counts = [0]
-    original = Pipeline.compile
-
-    def counting(self: Pipeline, request: object) -> object:
-        counts[0] += 1
-        return original(self, request)  # type: ignore[arg-type]
-
-    Pipeline.compile = counting  # type: ignore[method-assign,assignment]
     torch._dynamo.reset()
     ddp = DDP(copy.deepcopy(base), bucket_cap_mb=1)
     compiled = torch.compile(ddp, backend="conveyor")
     sweep = []
-    for batch in range(4, 9):
-        compiled(torch.randn(batch, 64)).sum().backward()
-        sweep.append(counts[0])
-    Pipeline.compile = original  # type: ignore[method-assign]
+    with counting_compiles() as counts:
+        for batch in range(4, 9):
+            compiled(torch.randn(batch, 64)).sum().backward()
+            sweep.append(counts[0])
 
     if rank == 0:
         eager = {prog: t for prog, label, t in results if label == "eager"}

@@ -19,13 +19,14 @@ import socket
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is first imported (ranks run this file)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from conveyor.testing.counting import counting_compiles  # noqa: E402
 
 WORLD = 2
 TOL = {"rtol": 1e-4, "atol": 1e-5}
@@ -195,24 +196,6 @@ def _input(rank: int, *shape: int) -> Callable[[int], torch.Tensor]:
     return make
 
 
-@contextlib.contextmanager
-def _counting_compiles() -> Iterator[list[int]]:
-    from conveyor.pipeline import Pipeline
-
-    count = [0]
-    original = Pipeline.compile
-
-    def counting(self: Pipeline, request: object) -> object:
-        count[0] += 1
-        return original(self, request)  # type: ignore[arg-type]
-
-    Pipeline.compile = counting  # type: ignore[method-assign,assignment]
-    try:
-        yield count
-    finally:
-        Pipeline.compile = original  # type: ignore[method-assign]
-
-
 def _conveyor(model: torch.nn.Module, **options: object) -> torch.nn.Module:
     return torch.compile(model, backend="conveyor", options=options or None)  # type: ignore[return-value]
 
@@ -226,7 +209,7 @@ def _ddp_pair(cls: type[torch.nn.Module], **ddp: object) -> tuple[torch.nn.Modul
 
 
 def scenario_ddp_dynamo(rank: int) -> None:
-    with _counting_compiles() as count:
+    with counting_compiles() as count:
         compiled_ddp, eager_ddp = _ddp_pair(MLP)
         _train_side_by_side(_conveyor(compiled_ddp), compiled_ddp, eager_ddp, eager_ddp, _input(rank, 4, 8))
     assert count[0] == 1, f"the forward compiled {count[0]} times, not once"
@@ -276,7 +259,7 @@ def scenario_ddp_bucket_sweep(rank: int) -> None:
     def sweep(model: torch.nn.Module) -> list[int]:
         torch._dynamo.reset()
         counts = []
-        with _counting_compiles() as count:
+        with counting_compiles() as count:
             compiled = _conveyor(model)
             for batch in range(4, 9):
                 x = _input(rank, batch, 64)(batch)
@@ -349,7 +332,7 @@ def scenario_fsdp2_dynamo(rank: int) -> None:
     compiled_model, eager_model = _fsdp2(copy.deepcopy(model)), _fsdp2(model)
     with pytest.raises(conveyor.CaptureError, match=r"fully_shard \(FSDP2\)"):
         conveyor.compile(compiled_model)
-    with _counting_compiles() as count:
+    with counting_compiles() as count:
         _train_side_by_side(_conveyor(compiled_model), compiled_model, eager_model, eager_model, _input(rank, 4, 8))
     assert count[0] >= 1, "nothing was compiled"
 
@@ -381,7 +364,7 @@ def _tensor_parallel(
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)  # compiled, not an eager fallback
             _close(compiled(make(99)), eager_model(make(99)), f"{entry}: inference output")
-        with warnings.catch_warnings(record=True) as caught, _counting_compiles() as count:
+        with warnings.catch_warnings(record=True) as caught, counting_compiles() as count:
             warnings.simplefilter("always")
             _train_side_by_side(compiled, compiled_model, eager_model, eager_model, make)
         fallbacks = [str(w.message) for w in caught if "conveyor" in str(w.message)]
