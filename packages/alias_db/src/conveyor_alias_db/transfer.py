@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from conveyor.schema import OpAliasing, op_aliasing, op_facts
 
 from conveyor_alias_db.locations import (
     NO_EFFECTS,
@@ -28,7 +29,6 @@ from conveyor_alias_db.locations import (
     Locs,
     ValueFacts,
 )
-from conveyor_alias_db.schema import OpAliasing, is_storage_swapping, op_aliasing
 
 _MISSING = object()
 NON_TENSOR = ValueFacts(NO_LOCS)
@@ -139,6 +139,6 @@ def node_facts(
         if not isinstance(container, torch.fx.Node):
             return _wildcard_facts(node, value_of)
         return NodeFacts(value_of(container).item(index))
-    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and not is_storage_swapping(target):
+    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and not op_facts(target).storage_swap:
         return _op_facts(node, target, value_of, alloc)
     return _wildcard_facts(node, value_of)
