@@ -1,5 +1,5 @@
-"""The module zoo: real ``torch.nn`` modules with inputs, the compile entry
-points the zoo tests use, and the shared tolerances (see ``test_module_zoo.py``)."""
+"""The module zoo: real ``torch.nn`` modules with their inputs, by name, and
+which of them run through each entry point (see ``test_module_zoo.py``)."""
 
 from __future__ import annotations
 
@@ -7,39 +7,11 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
-import conveyor
-import pytest
 import torch
 import torch.nn.functional as F
 from conveyor.testing import check
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-
-TOL = {"atol": 1e-5, "rtol": 1e-4}
-TRITON_TOL = {"atol": 1e-4, "rtol": 1e-4}
-
-
-def conveyor_eager(m: Any) -> Any:
-    return conveyor.compile(m)
-
-
-def conveyor_triton(m: Any) -> Any:
-    return conveyor.compile(m, backend="triton")
-
-
-def dynamo_eager(m: Any) -> Any:
-    return torch.compile(m, backend="conveyor")
-
-
-def dynamo_triton(m: Any) -> Any:
-    return torch.compile(m, backend="conveyor", options={"backend": "triton"})
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo() -> None:
-    torch._dynamo.reset()
-    torch.manual_seed(0)
-
 
 # -- modules ------------------------------------------------------------------
 
@@ -408,16 +380,3 @@ TRITON_DYNAMO_ZOO = ["residual_block", "mha_no_weights_key_padding_mask", "activ
 def run_case(name: str, compile: Callable[[Any], Any], tol: dict[str, float]) -> None:
     module, args, kwargs = ZOO[name]()
     check(module, *args, compile=compile, **tol, **kwargs)
-
-
-ENTRY_POINTS = [conveyor_eager, dynamo_eager]
-ALL_ENTRY_POINTS = [conveyor_eager, dynamo_eager, conveyor_triton, dynamo_triton]
-
-
-def entry_id(f: Any) -> str:
-    return f.__name__
-
-
-def assert_same_state(compiled_module: nn.Module, eager_module: nn.Module, where: str, **tol: float) -> None:
-    for (name, a), (_, b) in zip(eager_module.state_dict().items(), compiled_module.state_dict().items(), strict=True):
-        torch.testing.assert_close(b, a, **tol, msg=lambda m, n=name: f"{where}: {n}: {m}")

@@ -17,12 +17,12 @@ from conveyor.testing import check
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from module_zoo import (  # noqa: E402
+from module_zoo import Residual  # noqa: E402
+from zoo_harness import (  # noqa: E402
     ALL_ENTRY_POINTS,
     ENTRY_POINTS,
     TOL,
     TRITON_TOL,
-    Residual,
     assert_same_state,
     dynamo_eager,
     entry_id,

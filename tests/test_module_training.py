@@ -18,7 +18,7 @@ from conveyor.testing import check
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from module_zoo import (  # noqa: E402
+from zoo_harness import (  # noqa: E402
     ENTRY_POINTS,
     TOL,
     TRITON_TOL,

@@ -19,18 +19,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from module_zoo import (  # noqa: E402
+from module_zoo import TRITON_DYNAMO_ZOO, TRITON_ZOO, ZOO, run_case  # noqa: E402
+from zoo_harness import (  # noqa: E402
     TOL,
-    TRITON_DYNAMO_ZOO,
     TRITON_TOL,
-    TRITON_ZOO,
-    ZOO,
     conveyor_eager,
     conveyor_triton,
     dynamo_eager,
     dynamo_triton,
     fresh_dynamo,  # noqa: E402,F401  (autouse)
-    run_case,
 )
 
 
