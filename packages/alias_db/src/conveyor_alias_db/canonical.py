@@ -26,6 +26,7 @@ class Analysis(Protocol):
     def effects(self, node: torch.fx.Node) -> Effects: ...
     def expand(self, locs: Iterable[LocId]) -> Locs: ...
 
+
 CanonicalLocs = frozenset[Hashable]
 
 
