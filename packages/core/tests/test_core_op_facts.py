@@ -1,18 +1,24 @@
 """``conveyor.schema``: the op facts every stage asks, pinned over every aten overload.
 
 A change to the facts (a torch upgrade, an edit to the parser) shows up here as a
-changed count or a changed named answer, to be judged, not as a silent change in
-some stage's behaviour.
+broken rule or a changed named answer, to be judged, not as a silent change in
+some stage's behaviour. The rules hold on every supported torch; the counts of
+overloads differ between releases and are not pinned.
 """
 
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import pytest
 import torch
 import torch.fx
+from torch._higher_order_ops.effects import has_effects
 from conveyor.schema import (
+    MUST_RUN_OPS,
+    STORAGE_SWAPPING_OPS,
+    UNDECLARED_WRITES,
     OpFacts,
     is_effectful,
     is_random,
@@ -36,30 +42,80 @@ def _all_aten_overloads() -> list[torch._ops.OpOverload]:
     return ops
 
 
+def _annotated(a: Any, write: bool = False) -> bool:
+    """A top-level tensor argument or return with an alias annotation (a write one)."""
+    info = a.alias_info
+    return info is not None and str(a.type) in ("Tensor", "Optional[Tensor]") and (info.is_write or not write)
+
+
+def _type_of(op: torch._ops.OpOverload, name: str) -> str:
+    return next(str(a.type) for a in op._schema.arguments if a.name == name)
+
+
 def _bindings_write(op: torch._ops.OpOverload) -> bool:
     """The old answer: any argument whose top-level annotation is a write."""
     return any(a.alias_info is not None and a.alias_info.is_write for a in op._schema.arguments)
 
 
-def test_every_aten_overload_has_facts_and_the_counts_are_pinned() -> None:
+def test_every_aten_overload_has_facts_that_its_schema_and_tags_decide() -> None:
+    """Each category, over every aten overload of the installed torch, is what
+    the overload's own schema and tags say: the rule is pinned, not a count
+    (torch 2.11 has 3852 overloads, 2.13 3754, 2.14 3757)."""
     ops = _all_aten_overloads()
-    assert len(ops) == len(set(ops)) == 3754
-    counts: collections.Counter[str] = collections.Counter()
+    assert len(ops) == len(set(ops)) > 3000
+    seen: collections.Counter[str] = collections.Counter()
     for op in ops:
         facts = op_facts(op)
         assert isinstance(facts, OpFacts)
+        name = op._schema.name
+        # the bindings give alias_info for top-level tensors only; lists are read from the text
+        top_write = any(_annotated(a, write=True) for a in op._schema.arguments)
+        list_write = [a for a in facts.aliasing.args if a.is_write and a.declared and not top_write]
+        assert facts.writes == (top_write or bool(list_write)), op
+        for a in list_write:
+            assert "Tensor" in _type_of(op, a.name) and "List[" in _type_of(op, a.name), op
+        assert facts.writes_memory == (facts.writes or name in UNDECLARED_WRITES), op
         assert not (facts.view and facts.writes_memory), op
+        top_alias = any(_annotated(r) for r in op._schema.returns)
+        if top_alias and not facts.writes:
+            assert facts.view, op
+        if facts.view and not top_alias:
+            assert any(str(r.type).startswith("List[") for r in op._schema.returns), op
+        assert facts.storage_swap == (name in STORAGE_SWAPPING_OPS), op
+        assert facts.random == (torch.Tag.nondeterministic_seeded in op.tags), op
+        assert facts.effectful == (name in MUST_RUN_OPS or has_effects(op)), op
+        assert facts.recomputable == (
+            not (facts.writes_memory or facts.storage_swap or facts.random or facts.effectful)
+        ), op
         for category in CATEGORIES:
-            counts[category] += bool(getattr(facts, category))
-    assert dict(counts) == {
-        "writes": 1466,
-        "writes_memory": 1467,
-        "view": 105,
-        "storage_swap": 14,
-        "random": 149,
-        "effectful": 2,
-        "recomputable": 2201,
-    }
+            seen[category] += bool(getattr(facts, category))
+    # every category is met, and the big ones are big: a parser that stops reading
+    # annotations would empty them
+    assert min(seen.values()) > 0, seen
+    assert seen["writes"] > 1000 and seen["view"] > 50 and seen["random"] > 100, seen
+
+
+def test_every_op_that_takes_a_storage_swaps_storage() -> None:
+    """An overload taking a ``Storage`` rebinds a tensor to it: a storage swap the
+    schema cannot declare. Every such name is in ``STORAGE_SWAPPING_OPS``."""
+    takers = {op._schema.name for op in _all_aten_overloads() if any(str(a.type) == "Storage" for a in op._schema.arguments)}
+    assert takers and takers <= STORAGE_SWAPPING_OPS, takers - STORAGE_SWAPPING_OPS
+
+
+@pytest.mark.skipif(not hasattr(aten, "shallow_copy_data_"), reason="this torch has no aten.shallow_copy_data_")
+def test_shallow_copy_data_swaps_storage_in_eager_and_in_the_facts() -> None:
+    a, b = torch.zeros(3), torch.ones(3)
+    aten.shallow_copy_data_(a, b)
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    for name in aten.shallow_copy_data_.overloads():
+        assert op_facts(getattr(aten.shallow_copy_data_, name)).storage_swap
+
+
+def test_ops_that_only_raise_must_run_on_every_torch() -> None:
+    """torch's effects table differs between releases (``_linalg_check_errors``
+    is unmarked on 2.11 and 2.12): conveyor's answer does not."""
+    for op in (aten._linalg_check_errors.default, aten._assert_async.default, aten._assert_scalar.default):
+        assert op_facts(op).effectful and not op_facts(op).recomputable, op
 
 
 def test_the_only_differences_from_the_bindings_are_non_tensor_writes() -> None:
@@ -67,7 +123,7 @@ def test_the_only_differences_from_the_bindings_are_non_tensor_writes() -> None:
     written is a list, a dict or a generator (``aten.add_.t``, ``aten.sort.Tensor``
     reorders a list of tensors, ``aten.manual_seed.generator``): no tensor memory."""
     differ = [op for op in _all_aten_overloads() if _bindings_write(op) != op_facts(op).writes]
-    assert len(differ) == 71
+    assert differ  # aten.add_.t at least
     for op in differ:
         assert _bindings_write(op) and not op_facts(op).writes
         written = [a for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write]

@@ -24,7 +24,7 @@ from typing import Any, cast
 import torch
 import torch.fx
 from conveyor import Request, StageError, call_graph, retrace
-from conveyor.schema import writes
+from conveyor.schema import must_keep, writes
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from conveyor_autograd.functional_joint import PHASE, functional_joint
@@ -164,7 +164,7 @@ def trace_joint(request: Request) -> JointGraph | None:
     bad = writing_node(gm.graph)
     if bad is not None:
         raise StageError(STAGE, f"the joint forward+backward graph writes with {bad.target}; cannot partition it")
-    gm.graph.eliminate_dead_code()
+    gm.graph.eliminate_dead_code(is_impure_node=must_keep)
     gm.recompile()
     placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
     results = cast(Sequence[Any], gm.graph.output_node().args[0])

@@ -57,9 +57,6 @@ def probe() -> str | None:
         return f"AutogradCompilerInstance.proxy_call_backward{params} has changed"
     if not hasattr(torch._C._FunctionBase, "_get_compiled_autograd_symints"):
         return "autograd nodes have no _get_compiled_autograd_symints()"
-    major_minor = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if not (2, 13) <= major_minor < (2, 15):
-        return f"torch {torch.__version__} is outside the versions this was built for (2.13, 2.14)"
     return None
 
 

@@ -21,13 +21,12 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from conveyor import subclasses
 from conveyor.closure import trace_closing_over
 from conveyor.errors import CaptureError
 from conveyor.fallback import watching_user_code
-from conveyor.grad_regions import GradModeTagger, detach_no_grad_results
+from conveyor.grad_regions import detach_no_grad_results, trace_below_autograd
 from conveyor.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 from conveyor.reachable import StateWatch, refuse_changed_containers
 
@@ -306,14 +305,12 @@ def retrace(
     control flow become a :class:`CaptureError` that says so.
     """
 
-    def tagged(*flat: Any) -> Any:
-        with GradModeTagger():  # every node learns the grad mode it ran under
-            return fn(*flat)
-
     try:
         with fake_mode:
             stand_ins = _stand_ins(fake_inputs)
-            return make_fx(tagged, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)(*stand_ins)
+            # every node learns the grad mode it ran under; every gradient cut is checked
+            traced = trace_below_autograd(fn, decomposition_table=decomposition_table, pre_dispatch=pre_dispatch)
+            return traced(*stand_ins)
     except Exception as exc:
         if _is_data_dependent(exc):
             raise CaptureError(f"capture: {type(exc).__name__}: {exc}\n{_FLOW_HINT}") from exc

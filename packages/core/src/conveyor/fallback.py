@@ -145,7 +145,18 @@ _capturing = threading.local()
 _installed = [0]  # captures in flight, all threads
 _install_lock = threading.Lock()
 _SEEDING = ("manual_seed", "seed", "set_rng_state")
-_ORIGINAL_APPLY = Function.__dict__["apply"]
+# Note [Where Function.apply lives]: a classmethod in Python up to torch 2.13, a
+# descriptor implemented in C from 2.14 (no ``__func__``). Both bind to a class
+# through ``__get__(None, cls)``, which is how the original is called; the probe
+# below fails at import if ``apply`` is no longer a descriptor on ``Function``
+# itself, which the wrapping relies on.
+_ORIGINAL_APPLY = Function.__dict__.get("apply")
+if _ORIGINAL_APPLY is None or not hasattr(_ORIGINAL_APPLY, "__get__"):
+    raise ImportError(
+        f"conveyor: torch {torch.__version__} defines no torch.autograd.Function.apply descriptor on Function "
+        f"itself (found {_ORIGINAL_APPLY!r}); the capture's watch for custom autograd Functions "
+        "(Note [Where Function.apply lives] in conveyor.fallback) needs updating for this torch"
+    )
 _ORIGINAL_SEEDING = {name: getattr(torch, name) for name in _SEEDING}
 
 
@@ -161,7 +172,7 @@ def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
             f"torch.autograd.Function {cls.__qualname__} needs its own backward, which a captured "
             "graph cannot keep (Note [Custom autograd functions])"
         )
-    return _ORIGINAL_APPLY.__func__(cls, *args, **kwargs)
+    return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
 
 
 def _checked_seeding(name: str) -> Any:

@@ -23,11 +23,11 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch._dispatch.python import enable_python_dispatcher
-from torch._higher_order_ops.effects import has_effects
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.utils._python_dispatch import _disable_infra_mode
 
 from conveyor.grad_regions import call_graph
+from conveyor.schema import is_effectful
 
 #: runs a graph on (functional) arguments and returns its outputs
 GraphRunner = Callable[[torch.fx.GraphModule, Sequence[Any]], Sequence[Any]]
@@ -91,9 +91,10 @@ def call_outside_functionalization(op: Any, *args: Any, **kwargs: Any) -> Any:
     """Run ``op`` on the plain tensors behind functional ones, below
     ``FunctionalTensorMode``.
 
-    Note [Effectful ops]: torch marks ops with side effects (such as
+    Note [Effectful ops]: ops that must run (such as
     ``aten._linalg_check_errors``, which raises on a singular matrix in
-    ``linalg.inv`` or ``linalg.cholesky``) as effectful; functionalization would
+    ``linalg.inv`` or ``linalg.cholesky``; Note [Ops that must run] in
+    ``conveyor.schema``) are effectful; functionalization would
     thread effect tokens through the program for them, as AOTAutograd does.
     They write no tensor, so we run them as they are, in program order, on the
     synced values: a trace records them, and they raise as in eager."""
@@ -117,4 +118,4 @@ def _effects_outside(graph: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 def _effectful(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and has_effects(node.target)
+    return node.op == "call_function" and is_effectful(node)

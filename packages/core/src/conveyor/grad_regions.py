@@ -7,39 +7,112 @@ During capture we tag each node with the grad mode it was traced under; then
 ``detach_no_grad_results`` puts an ``aten.detach`` after each no-grad result
 that would otherwise carry grad, so every later trace (functionalized, joint)
 and every backend sees the same semantics as eager.
+
+Note [Gradient cuts below autograd]: below autograd, ``aten.detach.default``
+is the only record that a value stops carrying gradient: this module, the
+functionalize stage's view replay and the autograd stage's joint trace all
+read it as the cut. ``make_fx`` given no decomposition table picks torch's own
+defaults, and those changed: torch 2.14 records ``detach`` as ``aten.alias``
+(a no-op decomposition), after which every cut would vanish silently and
+gradients flow where eager's stop. So every conveyor trace goes through
+:func:`trace_below_autograd`, which always passes an explicit table, and two
+checks make any future change loud: a probe at import traces one ``detach``
+and demands an ``aten.detach.default`` node (:func:`probe_detach_recording`),
+and during every trace each ``detach`` the program dispatches must leave one
+(:class:`GradModeTagger`), else :class:`~conveyor.errors.CaptureError`.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.fx
-from torch.fx.experimental.proxy_tensor import get_proxy_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from conveyor.errors import CaptureError
 from conveyor.schema import is_view, writes, written_args
 
 GRAD_META = "conveyor_grad_enabled"
+_DETACH = torch.ops.aten.detach.default
 
 
 class GradModeTagger(TorchDispatchMode):
     """Pushed inside a ``make_fx`` trace: tags the nodes each op creates with
-    ``torch.is_grad_enabled()`` at the time of the call."""
+    ``torch.is_grad_enabled()`` at the time of the call (``tag=False``: no
+    tags), and checks that each ``detach`` leaves an ``aten.detach.default``
+    node (Note [Gradient cuts below autograd])."""
+
+    def __init__(self, tag: bool = True) -> None:
+        super().__init__()
+        self.tag = tag
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         mode = get_proxy_mode()
         graph = mode.tracer.graph if mode is not None else None
         last = next(iter(reversed(graph.nodes)), None) if graph is not None else None
         out = func(*args, **(kwargs or {}))
-        if graph is not None and not torch.is_grad_enabled():
-            node = graph._root.prev
-            while node is not last and node is not graph._root:
+        if graph is None or not ((self.tag and not torch.is_grad_enabled()) or func is _DETACH):
+            return out
+        made = []
+        node = graph._root.prev
+        while node is not last and node is not graph._root:
+            made.append(node)
+            node = node.prev
+        if self.tag and not torch.is_grad_enabled():
+            for node in made:
                 node.meta[GRAD_META] = False
-                node = node.prev
+        if func is _DETACH and made and not any(n.target is _DETACH for n in made):
+            raise CaptureError(_lost_cut([n.target for n in made]))
         return out
+
+
+def _lost_cut(recorded: Sequence[Any]) -> str:
+    return (
+        f"capture: torch {torch.__version__}'s make_fx recorded a detach as {', '.join(map(str, recorded))}, "
+        "not aten.detach.default, so the gradient cut would be lost and gradients would flow where eager's "
+        "stop (Note [Gradient cuts below autograd] in conveyor.grad_regions): this torch changed how "
+        "make_fx records detach"
+    )
+
+
+def trace_below_autograd(
+    fn: Callable[..., Any],
+    *,
+    decomposition_table: Mapping[Any, Callable[..., Any]] | None = None,
+    pre_dispatch: bool = False,
+    tag_grad_mode: bool = True,
+) -> Callable[..., torch.fx.GraphModule]:
+    """``make_fx(fn)`` as every conveyor trace runs it: with an explicit
+    decomposition table (a copy of ``decomposition_table``, empty if none),
+    each node tagged with its grad mode (``tag_grad_mode``) and each gradient
+    cut checked (Note [Gradient cuts below autograd])."""
+
+    def watched(*flat: Any) -> Any:
+        with GradModeTagger(tag=tag_grad_mode):
+            return fn(*flat)
+
+    return make_fx(watched, decomposition_table=dict(decomposition_table or {}), pre_dispatch=pre_dispatch)
+
+
+def probe_detach_recording() -> None:
+    """Trace ``x.detach()`` on a fake tensor as conveyor traces programs and
+    demand one ``aten.detach.default`` node; raise :class:`CaptureError`
+    naming what the installed torch records instead."""
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.empty(2), static_shapes=True).requires_grad_()
+        # the per-op check would raise first; the probe says what it found either way
+        gm = make_fx(lambda t: t.detach(), decomposition_table={})(x)
+    recorded = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    if recorded != [_DETACH]:
+        raise CaptureError(_lost_cut(recorded))
+
+
+probe_detach_recording()
 
 
 class _GradModeInterpreter(torch.fx.Interpreter):

@@ -22,10 +22,11 @@ _ANNOTATION = re.compile(r"Tensor\??\(([^)]*)\)")
 #: its functional variant); an analysis of the graph as written must.
 UNDECLARED_WRITES = {"aten::native_batch_norm": frozenset({"running_mean", "running_var"})}
 #: ops that change which storage a tensor uses, which their schema does not declare:
-#: ``a.set_(b)`` and ``a.set_data(b)`` make ``a`` alias ``b`` (the schema says only
-#: that they write ``a``); the functional ``aten::set`` returns a tensor on ``source``'s
-#: storage although its return carries no alias annotation.
-STORAGE_SWAPPING_OPS = frozenset({"aten::set_", "aten::set_data", "aten::set"})
+#: ``a.set_(b)``, ``a.set_data(b)`` and ``a.shallow_copy_data_(b)`` (new in torch 2.14)
+#: make ``a`` alias ``b`` (the schema says only that they write ``a``); the functional
+#: ``aten::set`` returns a tensor on ``source``'s storage although its return carries no
+#: alias annotation. Names an installed torch lacks are simply never met.
+STORAGE_SWAPPING_OPS = frozenset({"aten::set_", "aten::set_data", "aten::set", "aten::shallow_copy_data_"})
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from conveyor.ops_aliasing import (
 )
 
 __all__ = [
+    "MUST_RUN_OPS",
     "STORAGE_SWAPPING_OPS",
     "UNDECLARED_WRITES",
     "ArgAlias",
@@ -46,6 +47,7 @@ __all__ = [
     "is_effectful",
     "is_random",
     "is_view",
+    "must_keep",
     "op_aliasing",
     "op_facts",
     "swaps_storage",
@@ -53,6 +55,25 @@ __all__ = [
     "written_args",
     "written_positions",
 ]
+
+
+#: Note [Ops that must run]: ops whose only purpose is to raise (error checks,
+#: asserts) return nothing a program uses, so a pass that drops unused nodes
+#: would drop them and a compiled program would no longer raise where eager
+#: does. torch's own effects table (``has_effects``) marks some of them, and
+#: which ones depends on the torch (``_linalg_check_errors`` from 2.13 on), so
+#: conveyor keeps this one list and joins it with torch's table in
+#: ``OpFacts.effectful``: the one answer every pass asks.
+MUST_RUN_OPS = frozenset(
+    {
+        "aten::_linalg_check_errors",
+        "aten::_assert_async",
+        "aten::_assert_scalar",
+        "aten::_assert_tensor_metadata",
+        "aten::sym_constrain_range",
+        "aten::sym_constrain_range_for_size",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -80,9 +101,10 @@ class OpFacts:
 
     @property
     def effectful(self) -> bool:
-        """torch marks the op as having side effects: it must run even when nothing
-        uses its result (asked each time: ops are registered as effectful at run time)."""
-        return has_effects(self.op)
+        """The op must run even when nothing uses its result: it is one of
+        ``MUST_RUN_OPS``, or torch marks it as having side effects (asked each
+        time: ops are registered as effectful at run time)."""
+        return self.op._schema.name in MUST_RUN_OPS or has_effects(self.op)
 
     @property
     def writes(self) -> bool:
@@ -155,7 +177,14 @@ def is_random(node: torch.fx.Node) -> bool:
 
 
 def is_effectful(node: torch.fx.Node) -> bool:
-    """torch marks ``node``'s op as having side effects (``aten._linalg_check_errors``
-    raises on a singular matrix): it must run even though nothing uses it."""
+    """``node``'s op must run even though nothing uses it (``aten._linalg_check_errors``
+    raises on a singular matrix; Note [Ops that must run])."""
     facts = _facts(node)
     return facts is not None and facts.effectful
+
+
+def must_keep(node: torch.fx.Node) -> bool:
+    """Dead-code elimination must keep ``node`` although nothing uses it: FX
+    calls it impure, or its op must run (Note [Ops that must run]). Pass it as
+    ``graph.eliminate_dead_code(is_impure_node=must_keep)``."""
+    return node.is_impure() or (node.op == "call_function" and is_effectful(node))

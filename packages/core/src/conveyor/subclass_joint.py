@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.fx.experimental.proxy_tensor import make_fx
 
 from conveyor import disk_cache
 from conveyor.errors import ConveyorError
+from conveyor.grad_regions import trace_below_autograd
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn, Request
 from conveyor.subclasses import BOUNDARY_META, Boundary, SubclassMeta, flat_outer, meta_of, outer_inputs, rebuild
@@ -97,7 +97,7 @@ def trace_backward(
         found["grads"] = tuple(None if g is None else (meta_of(g),) for g in per_input)
         return tuple(flat_outer([g for g in per_input if g is not None]))
 
-    graph = make_fx(backward)(*inner_in, *tangents)
+    graph = trace_below_autograd(backward, tag_grad_mode=False)(*inner_in, *tangents)
     plan = Backward(found["diff"], found["grads"], tuple((t.shape, t.dtype, t.device) for t in inner_out))
     return graph, (*inner_in, *tangents), plan
 

@@ -20,7 +20,7 @@ import torch.fx
 from conveyor import retrace
 from conveyor.functional_run import from_functional, run_functional
 from conveyor.grad_regions import detach_no_grad_results
-from conveyor.schema import writes
+from conveyor.schema import must_keep, writes
 
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, keep_eager_kernels
 from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
@@ -56,6 +56,6 @@ def trace_functional(
     graph_module = detach_no_grad_results(traced, tuple(inputs))
     # views the program took only to write through them, or of outputs the
     # epilogue regenerates, are dead once functional
-    if graph_module.graph.eliminate_dead_code():
+    if graph_module.graph.eliminate_dead_code(is_impure_node=must_keep):
         graph_module.recompile()
     return graph_module
