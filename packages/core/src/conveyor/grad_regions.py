@@ -16,7 +16,7 @@ defaults, and those changed: torch 2.14 records ``detach`` as ``aten.alias``
 (a no-op decomposition), after which every cut would vanish silently and
 gradients flow where eager's stop. So every conveyor trace goes through
 :func:`trace_below_autograd`, which always passes an explicit table, and two
-checks make any future change loud: a probe at import traces one ``detach``
+checks make any future change loud: a probe at the first trace traces one ``detach``
 and demands an ``aten.detach.default`` node (:func:`probe_detach_recording`),
 and during every trace each ``detach`` the program dispatches must leave one
 (:class:`GradModeTagger`), else :class:`~conveyor.errors.CaptureError`.
@@ -25,6 +25,7 @@ and during every trace each ``detach`` the program dispatches must leave one
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -92,11 +93,20 @@ def trace_below_autograd(
     each node tagged with its grad mode (``tag_grad_mode``) and each gradient
     cut checked (Note [Gradient cuts below autograd])."""
 
+    _probe_once()
+
     def watched(*flat: Any) -> Any:
         with GradModeTagger(tag=tag_grad_mode):
             return fn(*flat)
 
     return make_fx(watched, decomposition_table=dict(decomposition_table or {}), pre_dispatch=pre_dispatch)
+
+
+@functools.cache
+def _probe_once() -> None:
+    # at the first trace, not at import: tracing imports triton, whose interpreter
+    # switch must still be free to set (conveyor_triton's Note [Choosing Triton's interpreter])
+    probe_detach_recording()
 
 
 def probe_detach_recording() -> None:
@@ -111,8 +121,6 @@ def probe_detach_recording() -> None:
     if recorded != [_DETACH]:
         raise CaptureError(_lost_cut(recorded))
 
-
-probe_detach_recording()
 
 
 class _GradModeInterpreter(torch.fx.Interpreter):
