@@ -15,6 +15,7 @@ to choose; :func:`prepare` checks the choice when the backend compiles.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterable
@@ -53,7 +54,12 @@ def prepare(devices: Iterable[torch.device], stage: str) -> None:
     :raises StageError: CPU tensors, and the interpreter not chosen (or
         chosen after triton was imported).
     """
-    if not any(d.type == "cpu" for d in devices) or interpreting():
+    if not any(d.type == "cpu" for d in devices):
+        return
+    if interpreting():
+        problem = _interpreter_problem()
+        if problem is not None:
+            raise StageError(stage, problem)
         return
     raise StageError(
         stage,
@@ -61,3 +67,28 @@ def prepare(devices: Iterable[torch.device], stage: str) -> None:
         "set TRITON_INTERPRET=1 in the environment before triton is first imported "
         "(or use the eager backend for CPU tensors)",
     )
+
+
+@functools.cache
+def _interpreter_problem() -> str | None:
+    """Why the installed Triton's interpreter cannot run conveyor's kernels, or
+    ``None``: one tiny kernel with a loop over a runtime bound, as every
+    reduction has, run once per process. Triton 3.6's interpreter reads such
+    a bound with ``int()`` on a one-element array, which numpy 2.4 refuses."""
+    import numpy
+    import triton
+
+    from conveyor_triton import _probe_kernel
+
+    out = torch.zeros(2, dtype=torch.int32)
+    try:
+        _probe_kernel.loop_over_runtime_bound[(1,)](out, 2, 1)
+    except Exception as exc:  # the interpreter's own failure, named in the error
+        return (
+            f"Triton {triton.__version__}'s interpreter cannot run a loop over a runtime bound with numpy "
+            f"{numpy.__version__} ({type(exc).__name__}: {exc}); install numpy<2.4 or a newer Triton, "
+            "or use the eager backend for CPU tensors"
+        )
+    if out.tolist() != [0, 1]:
+        return f"Triton {triton.__version__}'s interpreter ran its probe kernel wrongly (got {out.tolist()}, expected [0, 1])"
+    return None

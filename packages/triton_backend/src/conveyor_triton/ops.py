@@ -261,6 +261,10 @@ def _logical_not(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> s
 def _bitwise_not(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
     if out is torch.bool:
         return f"({v[0].to(torch.bool)} == 0)"
+    if out is torch.uint8:
+        # xor with the all-ones byte, not ``~``: Triton 3.6 and 3.8's interpreters
+        # write ``~x`` as ``x ^ -1``, which numpy refuses (or wraps wrongly) for uint8
+        return f"(({v[0].to(out)}) ^ 255).to(tl.uint8)"
     return None if out.is_floating_point else f"(~{v[0].to(out)})"
 
 
