@@ -3,6 +3,11 @@
 Triton runs in its interpreter on machines without a GPU; the switch must be
 set before triton is first imported, so it is set here, first of all.
 
+``CONVEYOR_TEST_DEVICE=cuda`` runs the suite with that default device
+(``torch.set_default_device``): tensors the tests make land on the GPU, and
+the triton backend compiles real kernels (set ``TRITON_INTERPRET=0`` too).
+This is how the suite is run on a GPU machine; CI has none.
+
 Tests marked ``@pytest.mark.slow`` run only with ``--runslow`` (``nox`` passes
 it; the README's plain ``python -m pytest``, which CI runs, skips them), so
 that CI runs a representative part well inside its time budget.
@@ -21,6 +26,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: a long test; runs only with --runslow (nox passes it)")
+    device = os.environ.get("CONVEYOR_TEST_DEVICE")
+    if device:
+        import torch
+
+        torch.set_default_device(device)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -142,10 +142,18 @@ def _classify_outputs(run: FunctionalRun, infos: tuple[InputInfo, ...]) -> tuple
         # a root that requires grad first: the others are rebuilt from it, and one rebuilt
         # from a detached root (``y.detach()`` returned beside ``y``) would lose its gradient
         roots = sorted((k for k in members if outs[k]._base is None), key=lambda k: not outs[k].requires_grad)
+        if roots and not outs[roots[0]].requires_grad:
+            # every root is detached (``a.detach()`` returned beside ``a``, a view of an
+            # intermediate): the first member that requires grad is computed instead
+            roots = [k for k in members if outs[k].requires_grad][:1] or roots
         if roots:
+            root = roots[0]
             for k in members:
-                kind = OutputKind.FRESH if k == roots[0] else OutputKind.ALIAS_OF_OUTPUT
-                result[k] = OutputInfo(kind, None if k == roots[0] else roots[0], outs[k].requires_grad)
+                if k != root:
+                    result[k] = OutputInfo(OutputKind.ALIAS_OF_OUTPUT, root, outs[k].requires_grad)
+                else:
+                    kind = OutputKind.FRESH if outs[k]._base is None else OutputKind.VIEW_OF_INTERMEDIATE
+                    result[k] = OutputInfo(kind, None, outs[k].requires_grad)
         elif len(members) == 1:
             result[members[0]] = OutputInfo(OutputKind.VIEW_OF_INTERMEDIATE, None, outs[members[0]].requires_grad)
         else:
