@@ -24,6 +24,7 @@ and during every trace each ``detach`` the program dispatches must leave one
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -96,10 +98,20 @@ def trace_below_autograd(
     _probe_once()
 
     def watched(*flat: Any) -> Any:
-        with GradModeTagger(tag=tag_grad_mode):
+        # Note [Symbolic sizes through composite ops]: torch 2.11 and 2.12's C++
+        # ``matmul`` reads sizes as ints, which specializes every symbol it meets;
+        # torch's Python decompositions of composite ops keep them. make_fx's own
+        # symbolic mode and AOTAutograd run under the Python dispatcher for this,
+        # and so does a conveyor trace whose inputs have symbolic sizes.
+        symbolic = any(isinstance(t, torch.Tensor) and _has_symbols(t) for t in flat)
+        with enable_python_dispatcher() if symbolic else contextlib.nullcontext(), GradModeTagger(tag=tag_grad_mode):
             return fn(*flat)
 
     return make_fx(watched, decomposition_table=dict(decomposition_table or {}), pre_dispatch=pre_dispatch)
+
+
+def _has_symbols(t: torch.Tensor) -> bool:
+    return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride(), t.storage_offset()))
 
 
 @functools.cache
