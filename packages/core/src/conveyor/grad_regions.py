@@ -111,7 +111,10 @@ def trace_below_autograd(
 
 
 def _has_symbols(t: torch.Tensor) -> bool:
-    return any(isinstance(d, torch.SymInt) for d in (*t.shape, *t.stride(), t.storage_offset()))
+    if any(isinstance(d, torch.SymInt) for d in t.shape):
+        return True
+    # sparse layouts have no strides to ask
+    return t.layout is torch.strided and any(isinstance(d, torch.SymInt) for d in (*t.stride(), t.storage_offset()))
 
 
 @functools.cache
