@@ -23,9 +23,8 @@ from typing import Any
 
 os.environ.setdefault("TRITON_INTERPRET", "0")
 
-import torch  # noqa: E402
-
 import conveyor  # noqa: E402
+import torch  # noqa: E402
 from conveyor.testing import check  # noqa: E402
 
 

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import torch
 import torch.fx
-from torch._higher_order_ops.effects import has_effects
 from conveyor.schema import (
     MUST_RUN_OPS,
     STORAGE_SWAPPING_OPS,
@@ -28,6 +27,7 @@ from conveyor.schema import (
     writes,
     written_args,
 )
+from torch._higher_order_ops.effects import has_effects
 
 aten = torch.ops.aten
 CATEGORIES = ("writes", "writes_memory", "view", "storage_swap", "random", "effectful", "recomputable")

@@ -150,13 +150,18 @@ _SEEDING = ("manual_seed", "seed", "set_rng_state")
 # through ``__get__(None, cls)``, which is how the original is called; the probe
 # below fails at import if ``apply`` is no longer a descriptor on ``Function``
 # itself, which the wrapping relies on.
-_ORIGINAL_APPLY = Function.__dict__.get("apply")
-if _ORIGINAL_APPLY is None or not hasattr(_ORIGINAL_APPLY, "__get__"):
-    raise ImportError(
-        f"conveyor: torch {torch.__version__} defines no torch.autograd.Function.apply descriptor on Function "
-        f"itself (found {_ORIGINAL_APPLY!r}); the capture's watch for custom autograd Functions "
-        "(Note [Where Function.apply lives] in conveyor.fallback) needs updating for this torch"
-    )
+def _original_apply() -> Any:
+    found = Function.__dict__.get("apply")
+    if found is None or not hasattr(found, "__get__"):
+        raise ImportError(
+            f"conveyor: torch {torch.__version__} defines no torch.autograd.Function.apply descriptor on Function "
+            f"itself (found {found!r}); the capture's watch for custom autograd Functions "
+            "(Note [Where Function.apply lives] in conveyor.fallback) needs updating for this torch"
+        )
+    return found
+
+
+_ORIGINAL_APPLY = _original_apply()
 _ORIGINAL_SEEDING = {name: getattr(torch, name) for name in _SEEDING}
 
 
