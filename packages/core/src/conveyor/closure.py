@@ -10,6 +10,16 @@ with each one as a graph input after the flat arguments, and every call
 passes the same tensor objects: their current values, writes back into them,
 and gradients into them, as in eager. (Rebinding the name to another tensor
 is not seen: compile again.)
+
+Note [Tensors a program makes]: a tensor the program makes without the
+dispatcher (a legacy constructor, ``torch.LongTensor([294])``) is real, as a
+closed-over one is, and the first trace cannot tell the two apart. The
+second trace can: a real tensor it meets that is not one of the lifted ones
+was made by this run of the program, so it becomes a constant of the graph
+(``lift_fresh``, as ``torch.tensor([...])`` does), and a lifted tensor the
+second trace never met was such a tensor of the first trace: the program is
+traced once more without it. No fake of a real tensor is ever left in a
+graph as a constant.
 """
 
 from __future__ import annotations
@@ -31,18 +41,23 @@ class _RealTensors(TorchFunctionMode):
     when known (``swaps``: id -> stand-in), otherwise by a fake of their own,
     recording them in ``found`` (nothing real is ever computed with)."""
 
-    def __init__(self, fake_mode: Any, swaps: dict[int, torch.Tensor]) -> None:
+    def __init__(self, fake_mode: Any, swaps: dict[int, torch.Tensor], made_here: bool = False) -> None:
         super().__init__()
         self.fake_mode = fake_mode
         self.swaps = swaps
+        self.made_here = made_here
         self.found: dict[int, torch.Tensor] = {}
+        self.used: set[int] = set()
 
     def _swap(self, t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, FakeTensor) or type(t) not in (torch.Tensor, torch.nn.Parameter):
             return t  # fakes, and the tracer's own wrappers
         if id(t) in self.swaps:
+            self.used.add(id(t))
             return self.swaps[id(t)]
         self.found.setdefault(id(t), t)
+        if self.made_here:  # Note [Tensors a program makes]: a constant of the graph
+            return torch.ops.aten.lift_fresh.default(t)  # type: ignore[no-any-return]
         return self.fake_mode.from_tensor(t, static_shapes=True)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -69,11 +84,27 @@ def trace_closing_over(
     if not finder.found:
         return graph, ()
     closure = tuple(finder.found.values())
+    while True:
+        graph, used = _trace_lifted(trace, fn, fake_inputs, fake_mode, closure)
+        if all(id(t) in used for t in closure):
+            return graph, closure
+        # some were made by the first trace's run (Note [Tensors a program makes])
+        closure = tuple(t for t in closure if id(t) in used)
+
+
+def _trace_lifted(
+    trace: Trace, fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any, closure: tuple[torch.Tensor, ...]
+) -> tuple[torch.fx.GraphModule, set[int]]:
+    """The trace with ``closure`` as inputs after ``fake_inputs``, and the ids
+    of the closure tensors the program met."""
     n = len(fake_inputs)
+    lifters: list[_RealTensors] = []
 
     def lifted(*flat: Any) -> Any:
-        with _RealTensors(fake_mode, {id(t): flat[n + k] for k, t in enumerate(closure)}):
+        lifters.append(_RealTensors(fake_mode, {id(t): flat[n + k] for k, t in enumerate(closure)}, made_here=True))
+        with lifters[-1]:
             return fn(*flat[:n])
 
     extra = [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
-    return trace(lifted, [*fake_inputs, *extra]), closure
+    graph = trace(lifted, [*fake_inputs, *extra])
+    return graph, set().union(*(m.used for m in lifters))
