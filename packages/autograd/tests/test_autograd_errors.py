@@ -92,3 +92,23 @@ def test_changing_a_view_of_a_saved_result_fails_as_in_eager(compile_with) -> No
         out.add_(1)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             out.sum().backward()
+
+
+def _masked_assign(x, m, v):
+    y = x * 2
+    y[m] = v  # its gradient indexes with nonzero(m): a size only the values know
+    return y
+
+
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
+def test_a_backward_with_a_data_dependent_size_runs_eagerly_decided_at_compile_time(entry, compile_with) -> None:
+    """Note [Data-dependent sizes in a backward]: one warning when the forward
+    compiles, then eager's values and gradients; never an error at backward time."""
+    from conveyor.testing import check
+
+    compile = compile_with if entry == "conveyor" else (lambda fn: torch.compile(fn, backend="conveyor"))
+    x, v = torch.randn(5, requires_grad=True), torch.randn(3, requires_grad=True)
+    m = torch.tensor([True, False, True, False, True])
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="stage 'autograd'.*depends on tensor values.*nonzero"):
+        check(_masked_assign, x, m, v, compile=compile)

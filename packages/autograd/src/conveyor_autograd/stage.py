@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import conveyor.fallback
 import torch
-from conveyor import Lowering, Request, StageError, stamp
+from conveyor import CaptureError, Lowering, Request, StageError, stamp
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
@@ -34,6 +35,12 @@ class Autograd:
     ``autograd.Function``. Inference requests (grad off, or no input that
     requires grad) pass through.
 
+    Note [Data-dependent sizes in a backward]: a backward that needs a size
+    only the values know (``x[mask] = v``: its gradient indexes with
+    ``nonzero(mask)``) cannot be traced into the joint graph on fake tensors
+    with static sizes. The program then runs eagerly, with a warning, decided
+    when the forward compiles: never an error at backward time.
+
     Note [Graphs nobody runs]: the joint graph, the partitioned forward and
     backward and the backward's copy for compiled autograd are read, copied
     and stamped but not run here (the backend builds what runs). They are
@@ -58,7 +65,13 @@ class Autograd:
         if checked is not None:  # Note [Backwards that check their gradient]
             return eager_lowering(request, STAGE, checked)
         with _use_lazy_graph_module(True):  # Note [Graphs nobody runs]
-            joint = trace_joint(request)
+            try:
+                joint = trace_joint(request)
+            except CaptureError as exc:  # Note [Data-dependent sizes in a backward]
+                cause = str(exc).splitlines()[0].removeprefix("capture: ")
+                return conveyor.fallback.eager_lowering(
+                    request, STAGE, f"its backward needs a size that depends on tensor values ({cause})"
+                )
             if joint is None:
                 return Lowering.passthrough(request)
             stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.stamps)
