@@ -233,12 +233,15 @@ def grad_leaves(ins: Sequence[Any]) -> list[torch.Tensor]:
         if x.is_leaf:
             add(x)
             continue
-        stack, visited = [x.grad_fn], set()
+        # visited nodes are kept alive: the Python object of an autograd node can be
+        # made anew on each access, and a dead one's id reused by another node
+        stack, visited, alive = [x.grad_fn], set(), []
         while stack:
             node = stack.pop()
             if node is None or id(node) in visited:
                 continue
             visited.add(id(node))
+            alive.append(node)
             variable = getattr(node, "variable", None)
             if isinstance(variable, torch.Tensor):
                 add(variable)
