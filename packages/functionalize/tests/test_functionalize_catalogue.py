@@ -8,6 +8,8 @@ value; the gradients that reach the leaves are the same.
 
 from __future__ import annotations
 
+import warnings
+
 import conveyor
 import conveyor_functionalize.plugin
 import conveyor_functionalize.trace as trace
@@ -239,11 +241,40 @@ def test_dynamic_shapes_under_torch_compile() -> None:
     assert [g.stage for g in conveyor.last_graphs(compiled)] == ["capture", "functionalize", "eager"]
 
 
-def test_dynamic_shapes_refuse_a_view_that_needs_its_sizes() -> None:
-    def f(x):
-        return (x.as_strided((x.shape[0] - 1,), (1,), 1),)
+def _views_in_symbols(x):
+    return (
+        x.view(x.shape[0], 2, 4),
+        x.narrow(0, 1, x.shape[0] - 1),
+        x.as_strided((x.shape[0] - 1,), (1,), 1),
+        x.expand(2, x.shape[0], 8)[1, 1:],
+    )
+
+
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_dynamic_shapes_rebuild_views_whose_sizes_are_symbols(entry: str, requires_grad: bool) -> None:
+    """Views of an input in symbols of its own sizes (Note [View replay]):
+    rebuilt per call from expressions of the real input's sizes, no warning,
+    one symbolic program for every size."""
+    torch._dynamo.reset()
+    options = {"plugins": ["functionalize", "autograd"], "backend": "eager"}
+    if entry == "dynamo":
+        compiled = torch.compile(_views_in_symbols, backend="conveyor", dynamic=True, options=options)
+    else:
+        compiled = conveyor.compile(_views_in_symbols, dynamic=True, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no static fallback
+        for n in (3, 5, 8):
+            check(_views_in_symbols, torch.randn(n, 8, requires_grad=requires_grad), compile=lambda fn: compiled)
+    if entry == "conveyor":
+        assert compiled.compiles == 1
+
+
+def test_dynamic_shapes_refuse_a_view_in_another_inputs_symbols() -> None:
+    def f(x, y):
+        return (x.view(y.shape[0], -1),)
 
     torch._dynamo.reset()
     compiled = torch.compile(f, backend="conveyor", dynamic=True, options={"plugins": ["functionalize"], "backend": "eager"})
-    with pytest.raises(Exception, match="functionalize.*output 0 has symbolic sizes"):
-        compiled(torch.randn(5))
+    with pytest.raises(Exception, match="functionalize.*output 0 has sizes or strides in symbols that the tensor it views"):
+        compiled(torch.randn(6, 4), torch.randn(3))

@@ -10,24 +10,33 @@ time to land on the output's exact sizes, strides and offset when applied to
 the fake of what it views; otherwise, and for inputs whose own metadata the
 program changed (the sequence starts from their metadata on entry), the view
 is rebuilt with ``as_strided``. Under symbolic shapes (dynamo's dynamic
-dims) only a replay whose view ops take no symbolic argument (``view(-1)``,
-``t()``, ``x[0]``, ``unbind``...) can rebuild a view; others are refused.
+dims) a replay whose view ops take no symbolic argument (``view(-1)``,
+``t()``, ``x[0]``, ``unbind``...) rebuilds a view; otherwise
+(``x.view(x.shape[0], 2, 32)``, ``x.narrow(0, 1, n - 1)``) the view's
+sizes, strides and offset are written as Python expressions of the sizes,
+strides and offset of the tensor it views (:class:`SymbolicGeometry`),
+evaluated on the real tensor at each call, and the view is rebuilt with
+``as_strided``. Only a geometry that needs a symbol the viewed tensor does
+not carry (a size taken from another input) is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard, cast
 
+import sympy
 import torch
 import torch.fx
 from conveyor.errors import StageError
 from conveyor.grad_regions import GRAD_META
 from torch._C import _functionalization
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.utils._sympy.printers import PythonPrinter
 
 STAGE = "functionalize"
 
@@ -49,6 +58,60 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+class SymbolicGeometry:
+    """A view's sizes, strides and offset (relative to the viewed tensor's)
+    under symbolic shapes, as a Python expression of the viewed tensor ``v``'s
+    own sizes, strides and offset (Note [View replay]), evaluated per call.
+
+    :ivar source: the expression, e.g. ``((v.size(0), 2, 32), (64, 32, 1), 0)``.
+    """
+
+    source: str
+
+    @staticmethod
+    def of(geometry: SymGeometry, viewed: torch.Tensor) -> SymbolicGeometry | None:
+        """The expression of ``geometry`` in terms of ``viewed``'s own symbols;
+        ``None`` when it needs a symbol ``viewed`` does not carry."""
+        names: dict[sympy.Symbol, sympy.Symbol] = {}
+        values: list[tuple[Any, str]] = [(viewed.size(d), f"v.size({d})") for d in range(viewed.dim())]
+        if viewed.layout is torch.strided:
+            values += [(viewed.stride(d), f"v.stride({d})") for d in range(viewed.dim())]
+            values.append((viewed.storage_offset(), "v.storage_offset()"))
+        for value, name in values:
+            if isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol):
+                names.setdefault(value.node.expr, sympy.Symbol(name, integer=True))
+        printer = PythonPrinter()
+
+        def text(v: int | torch.SymInt) -> str | None:
+            if type(v) is int:
+                return str(v)
+            expr = cast(torch.SymInt, v).node.expr
+            if not expr.free_symbols <= names.keys():
+                return None
+            return f"({printer.doprint(expr.xreplace(names))})"
+
+        sizes, strides, offset = geometry
+        texts = [text(v) for v in (*sizes, *strides, offset)]
+        if any(t is None for t in texts):
+            return None
+        n = len(sizes)
+
+        def tup(items: Sequence[str | None]) -> str:
+            return "(" + "".join(f"{t}, " for t in items) + ")"
+
+        return SymbolicGeometry(f"({tup(texts[:n])}, {tup(texts[n : 2 * n])}, {texts[-1]} - v.storage_offset())")
+
+    def __call__(self, viewed: torch.Tensor) -> Geometry:
+        """Sizes, strides and relative offset for the real ``viewed``."""
+        return cast(Geometry, eval(_compiled(self.source), {"__builtins__": {}}, {"v": viewed}))
+
+
+@functools.cache
+def _compiled(source: str) -> Any:
+    return compile(source, "<conveyor view geometry>", "eval")
+
+
+@dataclass(frozen=True)
 class ViewRecipe:
     """How to rebuild one view from the real tensor it views.
 
@@ -60,16 +123,19 @@ class ViewRecipe:
     :ivar detach: eager's view does not require grad though what it views may.
     :ivar no_grad: eager took the view under ``no_grad`` (Note [Views taken
         under no_grad]): rebuild it so too.
+    :ivar symbolic: under symbolic shapes, the geometry as an expression of
+        the viewed tensor's symbols, when no replay can rebuild the view.
     """
 
     geometry: Geometry | None
     replay: tuple[Any, ...] | None
     detach: bool
     no_grad: bool = False
+    symbolic: SymbolicGeometry | None = None
 
     def __post_init__(self) -> None:
-        if self.geometry is None and self.replay is None:
-            raise ValueError("ViewRecipe: needs a geometry or a replay")
+        if self.geometry is None and self.replay is None and self.symbolic is None:
+            raise ValueError("ViewRecipe: needs a geometry, a replay or a symbolic geometry")
 
     @staticmethod
     def of(view: Any, viewed: Any, what: str, *, requires_grad: bool, may_replay: bool) -> ViewRecipe:
@@ -88,7 +154,14 @@ class ViewRecipe:
             )
         if replay is not None and not _is_concrete(expected):
             return ViewRecipe(None, replay, not requires_grad)
-        sizes, strides, offset = expected if _is_concrete(expected) else concrete(view, what)
+        if not _is_concrete(expected):
+            symbolic = SymbolicGeometry.of(expected, _plain(viewed))
+            if symbolic is None:
+                raise StageError(
+                    STAGE, f"{what} has sizes or strides in symbols that the tensor it views does not carry"
+                )
+            return ViewRecipe(None, None, not requires_grad, symbolic=symbolic)
+        sizes, strides, offset = expected
         viewed_offset = viewed.storage_offset()  # only its offset: its sizes may be symbolic
         if type(viewed_offset) is not int:
             raise StageError(STAGE, f"{what} views a tensor at a symbolic storage offset; only static offsets are supported")
@@ -120,8 +193,9 @@ class ViewRecipe:
         if self.replay is not None:
             out = _functionalization.apply_view_meta_sequence(viewed, self.replay)  # type: ignore[arg-type]  # any sequence binds
         else:
-            assert self.geometry is not None  # no replay means a geometry (__post_init__)
-            sizes, strides, rel_offset = self.geometry
+            geometry = self.geometry if self.symbolic is None else self.symbolic(viewed)
+            assert geometry is not None  # no replay means a geometry (__post_init__)
+            sizes, strides, rel_offset = geometry
             out = viewed.as_strided(sizes, strides, viewed.storage_offset() + rel_offset)
         return out
 
