@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from conveyor import cache, dynamo_graphs, subclasses
 from conveyor.capture import trace_user
+from conveyor.closure import trace_closing_over
 from conveyor.config import resolve
 from conveyor.fallback import EagerFallback, has_autograd_function, warn_eager, watching_capture
 from conveyor.pipeline import Pipeline, StageGraph
@@ -99,11 +100,25 @@ class DynamoCompiled:
 
         try:
             with watching_capture():
-                graph = trace_user(flat_fn, fakes, fake_mode)
+                # Note [Tensors a dynamo graph holds]: dynamo keeps some real tensors as
+                # attributes of its graph (the parameters an optimizer step updates):
+                # they become graph inputs after the call's, as a standalone
+                # program's closed-over tensors do (Note [Tensors a program closes over])
+                graph, closure = trace_closing_over(
+                    lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fakes, fake_mode
+                )
         except EagerFallback as exc:
             warn_eager("a dynamo graph", str(exc))
             return None
-        return compile_program(self.pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
+        if not closure:
+            return compile_program(self.pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
+        lifted = [*fakes, *(fake_mode.from_tensor(t, static_shapes=True) for t in closure)]
+        compiled, graphs = compile_program(self.pipeline, graph, lifted, fake_mode)
+
+        def run(args: list[Any]) -> Sequence[Any]:
+            return compiled([*args, *closure])
+
+        return run, graphs
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         if self._eager:

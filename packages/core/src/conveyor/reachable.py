@@ -17,7 +17,9 @@ here: their writes are replayed (Note [Python objects in and out]).
 
 Only the function's own code is looked at: state reached only through other
 functions it calls is not watched, nor are the runtime's own objects
-(loggers, locks, torch's internals), whose caches fill in as a trace runs.
+(loggers, locks, torch's internals), whose caches fill in as a trace runs;
+but an optimizer's and an LR scheduler's attributes and per-parameter state
+are watched (a training step would leave fake momentum buffers there).
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ def _cell_contents(cell: types.CellType) -> Any:
 #: libraries whose objects are the runtime's, not the program's state (a logger's
 #: level cache fills in as a trace logs): not watched
 _INFRASTRUCTURE = ("logging", "threading", "_thread", "weakref", "warnings", "functools", "typing", "importlib", "torch")
+
+
+#: torch objects whose attributes are the program's state: a training step writes them
+_TRAINING_STATE = (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 
 
 def _infrastructure(v: Any) -> bool:
@@ -152,6 +158,18 @@ class StateWatch:
                 seen.add(id(v))
                 self.saved.append((where, v, [(v, list(v))]))
                 stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+            elif isinstance(v, _TRAINING_STATE):
+                # torch's objects are not watched, but an optimizer's or a scheduler's state is the
+                # program's: a step would leave fakes in it (momentum buffers, step counts)
+                seen.add(id(v))
+                self.saved.append((where, v, [(vars(v), dict(vars(v)))]))
+                state = getattr(v, "state", None)
+                if isinstance(state, dict):
+                    self.saved.append((f"{where}.state", state, [(state, dict(state))]))
+                    for k, per_param in state.items():
+                        if type(per_param) is dict:
+                            self.saved.append((f"{where}.state[{type(k).__name__}]", per_param, [(per_param, dict(per_param))]))
+                stack += [(f"{where}.{k}", x) for k, x in vars(v).items() if k != "state"]
             elif type(v) is dict or (is_object(v) and not isinstance(v, torch.nn.Module) and not _infrastructure(v)):
                 seen.add(id(v))
                 d = v if type(v) is dict else vars(v)
@@ -188,13 +206,14 @@ class StateWatch:
                 assert isinstance(saved, dict)
                 diff = [k for k in set(saved) | set(now) if not _same(saved.get(k, _MISSING), now.get(k, _MISSING))]
                 if diff:
-                    changed += [f"{where}.{k}" for k in sorted(diff, key=str)]
+                    changed += [f"{where}.{k}" if isinstance(k, str) else f"{where}[{type(k).__name__}]" for k in sorted(diff, key=str)]
                     now.clear()
                     now.update(saved)
         return changed
 
     @staticmethod
     def refuse(changed: list[str]) -> EagerFallback:
+        changed = list(dict.fromkeys(changed))
         return EagerFallback(
             f"it writes to {changed[:5]}{' ...' if len(changed) > 5 else ''}, state it does not take as an "
             f"argument, which a captured graph cannot replay (Note [State a program reaches]); {HINT}"
