@@ -9,6 +9,14 @@ such a Function to tensors requiring grad runs eagerly, with a warning, for
 that specialization (same grad mode, same ``requires_grad`` flags); the same
 program in inference still compiles.
 
+Note [Reentrant checkpointing]: ``torch.utils.checkpoint(fn, *args,
+use_reentrant=True)`` applies ``CheckpointFunction``, whose backward runs
+``fn`` again and differentiates it: the same gradients as differentiating
+``fn`` directly, for less memory. Capture traces ``fn`` in its place, so the
+program compiles; what to save and what to recompute is then the partitioner's
+choice, as for any other part of the graph. (Non-reentrant checkpointing
+applies no Function and traces as it is.)
+
 Note [Autograd state changed by the program]: ``x.requires_grad_()``,
 ``x.requires_grad = ...``, ``x.detach_()`` and ``x.data = y`` change a
 tensor's autograd state or swap its data behind autograd's back; a graph
@@ -34,6 +42,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.autograd.function import Function
+from torch.utils.checkpoint import CheckpointFunction
 from torch.overrides import TorchFunctionMode
 
 from conveyor.errors import ConveyorError
@@ -173,6 +182,9 @@ def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     if _in_capture() and torch.is_grad_enabled() and any(
         t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
     ):
+        if cls is CheckpointFunction and not kwargs:  # Note [Reentrant checkpointing]
+            run_function, _preserve_rng_state, *inner = args
+            return run_function(*inner)
         raise EagerFallback(
             f"torch.autograd.Function {cls.__qualname__} needs its own backward, which a captured "
             "graph cannot keep (Note [Custom autograd functions])"
