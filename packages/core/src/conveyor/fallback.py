@@ -42,8 +42,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.autograd.function import Function
-from torch.utils.checkpoint import CheckpointFunction
 from torch.overrides import TorchFunctionMode
+from torch.utils.checkpoint import CheckpointFunction
 
 from conveyor.errors import ConveyorError
 from conveyor.grad_regions import call_graph
