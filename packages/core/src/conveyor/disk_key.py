@@ -46,6 +46,7 @@ import torch
 import torch.fx
 
 from conveyor import cache
+from conveyor.functions import is_apply_function
 from conveyor.stage import Request
 
 #: bump when the layout of stored entries changes
@@ -163,6 +164,8 @@ def _graph_part(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
     node_meta = []
     constants = []
     for node in gm.graph.nodes:
+        if is_apply_function(node.target):  # it names its Function by an in-process index
+            raise Unkeyable(f"node {node.name} applies a custom autograd Function (Note [Custom autograd functions])")
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor) and _symbolic(val):
             raise Unkeyable(f"node {node.name} has symbolic sizes")

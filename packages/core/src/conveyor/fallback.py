@@ -1,13 +1,10 @@
 """Programs conveyor runs eagerly instead, with a warning.
 
-Note [Custom autograd functions]: a ``torch.autograd.Function`` carries its
-own backward. Capture traces below autograd, where the Function's forward is
-just aten ops run under ``no_grad``: the graph would lose the custom backward
-(a straight-through estimator, a gradient reversal) and, with it, the
-gradients eager computes. Rather than a wrong gradient, a program that applies
-such a Function to tensors requiring grad runs eagerly, with a warning, for
-that specialization (same grad mode, same ``requires_grad`` flags); the same
-program in inference still compiles.
+Note [Custom autograd functions] (in ``conveyor.functions``): a Function
+applied to tensors that require grad is captured as one node that keeps its
+own backward; one that cannot be (it writes its inputs, returns one of them,
+its forward cannot run on fake tensors...) runs the program eagerly, with a
+warning, for that specialization.
 
 Note [Reentrant checkpointing]: ``torch.utils.checkpoint(fn, *args,
 use_reentrant=True)`` applies ``CheckpointFunction``, whose backward runs
@@ -45,8 +42,9 @@ from torch.autograd.function import Function
 from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import CheckpointFunction
 
+from conveyor import functions
 from conveyor.errors import ConveyorError
-from conveyor.grad_regions import call_graph
+from conveyor.grad_regions import call_graph, recorded_with_grad
 from conveyor.stage import CompiledFn, Lowering, Request
 
 
@@ -179,16 +177,37 @@ def _in_capture() -> bool:
 
 
 def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+    if _in_capture() and torch.is_grad_enabled() and cls.__module__ == _CUSTOM_OP_AUTOGRAD:
+        with recorded_with_grad():  # Note [Custom ops]
+            return original_apply(cls, *args, **kwargs)
     if _in_capture() and torch.is_grad_enabled() and any(
         t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
     ):
         if cls is CheckpointFunction and not kwargs:  # Note [Reentrant checkpointing]
             run_function, _preserve_rng_state, *inner = args
             return run_function(*inner)
-        raise EagerFallback(
-            f"torch.autograd.Function {cls.__qualname__} needs its own backward, which a captured "
-            "graph cannot keep (Note [Custom autograd functions])"
-        )
+        applied = functions.probe(cls, args) if not kwargs else "it is applied with keyword arguments"
+        if isinstance(applied, str):
+            raise EagerFallback(
+                f"torch.autograd.Function {cls.__qualname__} cannot be captured as one node with its own "
+                f"backward: {applied} (Note [Custom autograd functions] in conveyor.functions)"
+            )
+        return functions.apply_as_node(applied, args)
+    return original_apply(cls, *args, **kwargs)
+
+
+# Note [Custom ops]: a ``torch.library.custom_op`` with ``register_autograd``
+# differentiates through a Function torch makes for it (in this module), whose
+# forward runs the op below autograd: a trace records the op as one node, and
+# every later trace at the autograd level runs the op's own autograd formula.
+# It is applied as it is; the node it records is tagged with the caller's grad
+# mode, not the ``no_grad`` of the Function's forward.
+_CUSTOM_OP_AUTOGRAD = "torch._library.autograd"
+
+
+def original_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls.apply(*args)`` through torch's own ``Function.apply``, whether or
+    not a capture has wrapped it."""
     return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -136,6 +136,24 @@ def probe_detach_recording() -> None:
     if recorded != [_DETACH]:
         raise CaptureError(_lost_cut(recorded))
 
+
+
+@contextlib.contextmanager
+def recorded_with_grad() -> Iterator[None]:
+    """The nodes a trace records inside this block are tagged as run with grad
+    enabled, whatever the grad mode when they were recorded: for an op whose
+    own autograd runs it inside an ``autograd.Function``'s forward (a custom
+    op's, Note [Custom ops] in ``conveyor.fallback``), which runs under
+    ``no_grad``, while the caller's grad mode is on."""
+    mode = get_proxy_mode()
+    graph = mode.tracer.graph if mode is not None else None
+    last = next(iter(reversed(graph.nodes)), None) if graph is not None else None
+    yield
+    if graph is not None:
+        node = graph._root.prev
+        while node is not last and node is not graph._root:
+            node.meta.pop(GRAD_META, None)
+            node = node.prev
 
 
 class _GradModeInterpreter(torch.fx.Interpreter):
