@@ -405,3 +405,15 @@ def test_a_capture_leaves_seeding_and_autograd_functions_of_other_threads_alone(
     worker.join(30)
     assert seen == [[2.0, 2.0]]
     assert torch.initial_seed() == 7
+
+
+def test_an_op_taking_a_storage_runs_eagerly_with_a_warning():
+    """Note [Arguments a graph cannot hold] (cuDNN's RNNs flatten their weights this way on CUDA)."""
+
+    def fn(x):
+        y = torch.empty(0)
+        y.set_(x.untyped_storage(), 0, (2,), (1,))
+        return y * 2
+
+    with pytest.warns(UserWarning, match="eagerly: an op in it takes an argument a graph cannot hold"):
+        check(fn, torch.randn(4))

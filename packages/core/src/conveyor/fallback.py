@@ -93,6 +93,14 @@ def watching_capture() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
+        if not isinstance(exc, ConveyorError) and _unrecordable_argument(exc):
+            # Note [Arguments a graph cannot hold]: an op given a storage (cuDNN's RNN
+            # weights are flattened with set_(storage, ...) on CUDA), which FX has no
+            # node argument for
+            raise EagerFallback(
+                f"an op in it takes an argument a graph cannot hold ({str(exc).splitlines()[0]}) "
+                "(Note [Arguments a graph cannot hold])"
+            ) from exc
         if isinstance(exc, ConveyorError) or not _raised_by_torch_python_kernel(exc):
             raise
         # Note [Errors of torch's Python kernels]
@@ -141,6 +149,18 @@ def _raised_by_torch_python_kernel(exc: BaseException) -> bool:
 
 
 _TORCH_INIT = os.path.join(os.path.dirname(torch.__file__), "__init__.py")
+_FX_PROXY = os.path.join(os.path.dirname(torch.__file__), "fx", "proxy.py")
+
+
+def _unrecordable_argument(exc: BaseException) -> bool:
+    """``exc`` is FX refusing to record an op's argument (``argument of type:
+    <class 'torch.storage.UntypedStorage'>``), raised in ``torch/fx/proxy.py``."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return isinstance(exc, NotImplementedError) and last == _FX_PROXY and "argument of type" in str(exc)
 
 
 # Note [Watching a capture, thread by thread]: ``Function.apply`` and the
