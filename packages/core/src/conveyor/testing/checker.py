@@ -283,7 +283,13 @@ def _check_grads(
     weights = []
     for e, _ in pairs:
         real = e.real.dtype if e.is_complex() else e.dtype
-        weights.append(tuple(torch.randn(e.shape, generator=gen, dtype=torch.float64).to(real) for _ in range(2)))
+        # drawn on the CPU (the generator's device, whatever the default device), then moved
+        weights.append(
+            tuple(
+                torch.randn(e.shape, generator=gen, dtype=torch.float64, device="cpu").to(device=e.device, dtype=real)
+                for _ in range(2)
+            )
+        )
     try:
         e_grads = torch.autograd.grad(_loss([e for e, _ in pairs], weights), e_targets, allow_unused=True)
     except RuntimeError as eager_exc:  # e.g. a saved tensor changed in place: compiled must fail as well
