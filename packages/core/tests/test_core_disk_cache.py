@@ -218,7 +218,7 @@ def test_a_compile_that_warns_is_not_stored_and_warns_again(tmp_path: Path) -> N
 def test_an_unpicklable_program_is_not_stored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = disk_cache.entry_path(tmp_path, "ab" * 32)
     with caplog.at_level(logging.DEBUG, logger="conveyor.disk_cache"):
-        assert not disk_cache.store(path, (lambda args: args, ()))
+        assert not disk_cache.store(path, (lambda args: args, ()), "ab" * 32)
     assert not path.exists() and "cannot pickle" in caplog.text
 
 
@@ -245,7 +245,7 @@ def test_a_corrupt_entry_is_rebuilt(tmp_path: Path, runs: Runs, damage: str) -> 
     compiled(fn, tmp_path)(*args(4, 5))
     (path,) = entries(tmp_path)
     good = path.read_bytes()
-    header = len(good) - len(good.split(b"\n", 1)[1]) + 4 + 32
+    header = len(good) - len(good.split(b"\n", 1)[1]) + 4 + 32 + 32  # magic, version, key, digest
     if damage == "truncated":
         path.write_bytes(good[: len(good) // 2])
     elif damage == "garbled payload":
@@ -262,13 +262,25 @@ def test_a_corrupt_entry_is_rebuilt(tmp_path: Path, runs: Runs, damage: str) -> 
 
         payload = artifacts.dumps(("not", "a program"))
         magic = good.split(b"\n", 1)[0] + b"\n"
-        path.write_bytes(magic + good[len(magic) : len(magic) + 4] + hashlib.sha256(payload).digest() + payload)
+        version_and_key = good[len(magic) : len(magic) + 4 + 32]
+        path.write_bytes(magic + version_and_key + hashlib.sha256(payload).digest() + payload)
     a, b = args(4, 5)
     torch.testing.assert_close(compiled(fn, tmp_path)(a, b), fn(a, b))
     assert runs.count == 2, "a damaged entry was used instead of compiling again"
     assert path.read_bytes() == good, "the damaged entry was not rewritten"
     compiled(fn, tmp_path)(a, b)
     assert runs.count == 2
+
+
+def test_an_entry_copied_under_another_programs_name_is_not_trusted(tmp_path: Path, runs: Runs) -> None:
+    compiled(fn, tmp_path)(*args(4, 5))
+    compiled(other_fn, tmp_path)(*args(4, 5))
+    first, second = entries(tmp_path)
+    second.write_bytes(first.read_bytes())  # one program's entry under the other's key
+    a, b = args(4, 5)
+    torch.testing.assert_close(compiled(fn, tmp_path)(a, b), fn(a, b))
+    torch.testing.assert_close(compiled(other_fn, tmp_path)(a, b), other_fn(a, b))
+    assert runs.count == 3, "the copied entry was not compiled again"
 
 
 # -- concurrent writers, and a new process ---------------------------------------------

@@ -11,7 +11,9 @@ cannot be pickled is simply not stored (a debug message in the
 
 Note [Disk cache entries]: one file per key (:mod:`conveyor.disk_key`),
 ``<cache_dir>/<key[:2]>/<key>.program``: a header (magic, format version,
-sha256 of the payload), then the payload. A file that is truncated, garbled,
+the key itself, sha256 of the payload), then the payload. An entry whose
+recorded key is not the one looked up (a file copied or renamed under
+another program's name) is not trusted. A file that is truncated, garbled,
 of another format version or that fails to unpickle is deleted and the
 program compiled again; a writer writes a temporary file in the same folder
 and renames it into place, so concurrent writers and readers never see a
@@ -43,7 +45,8 @@ log = logging.getLogger("conveyor.disk_cache")
 Compiled = tuple[CompiledFn, tuple[StageGraph, ...]]
 
 _MAGIC = b"conveyor-program\n"
-_HEADER = len(_MAGIC) + 4 + 32
+_KEY = len(_MAGIC) + 4  # where the key's 32 bytes start
+_HEADER = _KEY + 32 + 32
 
 
 def default_dir() -> Path:
@@ -67,7 +70,7 @@ def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request],
         log.debug("not cached: %s", why)
         return compile(request)
     path = entry_path(cache_dir(config), key)
-    found = load(path, request)
+    found = load(path, request, key)
     if found is not None:
         return found
     caught: list[warnings.WarningMessage] = []
@@ -79,7 +82,7 @@ def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request],
     if caught:
         log.debug("not stored: the compile warned (%s)", caught[0].message)
     else:
-        store(path, result)
+        store(path, result, key)
     return result
 
 
@@ -87,9 +90,9 @@ def entry_path(directory: Path, key: str) -> Path:
     return directory / key[:2] / f"{key}.program"
 
 
-def load(path: Path, request: Request) -> Compiled | None:
-    """The entry at ``path``; ``None`` when there is none, or when it is
-    corrupt or stale (then it is deleted)."""
+def load(path: Path, request: Request, key: str) -> Compiled | None:
+    """The entry for ``key`` at ``path``; ``None`` when there is none, or when
+    it is corrupt, stale or recorded for another key (then it is deleted)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -98,7 +101,7 @@ def load(path: Path, request: Request) -> Compiled | None:
         log.debug("cannot read %s: %s", path, exc)
         return None
     try:
-        result = _decode(data, request)
+        result = _decode(data, request, key)
     except Exception as exc:  # a corrupt entry is rebuilt, never trusted
         log.debug("discarding cache entry %s: %s: %s", path, type(exc).__name__, exc)
         _remove(path)
@@ -107,15 +110,16 @@ def load(path: Path, request: Request) -> Compiled | None:
     return result
 
 
-def store(path: Path, result: Compiled) -> bool:
-    """Write ``result`` to ``path`` atomically; ``False`` (logged) when it
-    cannot be pickled or written."""
+def store(path: Path, result: Compiled, key: str) -> bool:
+    """Write ``result``, compiled for ``key``, to ``path`` atomically;
+    ``False`` (logged) when it cannot be pickled or written."""
     try:
         payload = artifacts.dumps(result)
     except artifacts.Unpicklable as exc:
         log.debug("not stored (cannot pickle the compiled program): %s", exc)
         return False
-    data = b"".join((_MAGIC, disk_key.FORMAT_VERSION.to_bytes(4, "little"), hashlib.sha256(payload).digest(), payload))
+    header = (_MAGIC, disk_key.FORMAT_VERSION.to_bytes(4, "little"), bytes.fromhex(key), hashlib.sha256(payload).digest())
+    data = b"".join((*header, payload))
     try:
         write_atomic(path, data)
     except OSError as exc:
@@ -125,13 +129,15 @@ def store(path: Path, result: Compiled) -> bool:
     return True
 
 
-def _decode(data: bytes, request: Request) -> Compiled:
+def _decode(data: bytes, request: Request, key: str) -> Compiled:
     if len(data) < _HEADER or not data.startswith(_MAGIC):
         raise ValueError("not a conveyor program file (truncated or garbled header)")
-    version = int.from_bytes(data[len(_MAGIC) : len(_MAGIC) + 4], "little")
+    version = int.from_bytes(data[len(_MAGIC) : _KEY], "little")
     if version != disk_key.FORMAT_VERSION:
         raise ValueError(f"format version {version}, this conveyor writes {disk_key.FORMAT_VERSION}")
-    digest, payload = data[len(_MAGIC) + 4 : _HEADER], data[_HEADER:]
+    if data[_KEY : _KEY + 32] != bytes.fromhex(key):
+        raise ValueError(f"recorded for key {data[_KEY : _KEY + 32].hex()[:12]}, not {key[:12]} (a copied or renamed entry)")
+    digest, payload = data[_KEY + 32 : _HEADER], data[_HEADER:]
     if hashlib.sha256(payload).digest() != digest:
         raise ValueError("checksum mismatch (truncated or garbled payload)")
     result = artifacts.loads(payload)

@@ -50,7 +50,7 @@ from conveyor.functions import is_apply_function
 from conveyor.stage import Request
 
 #: bump when the layout of stored entries changes
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the header records the key
 
 
 class Unkeyable(Exception):
