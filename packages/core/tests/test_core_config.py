@@ -52,3 +52,15 @@ def test_bad_values_are_errors():
         Config(enable=("a",), disable=("a",))
     with pytest.raises(ConfigError, match="option tables"):
         Config().merged({"stages": {"a": 1}}, "arguments")
+
+
+def test_a_pyproject_that_is_not_toml_names_the_file(tmp_path):
+    start = write_pyproject(tmp_path, "[tool.conveyor\nbackend = 1\n")
+    with pytest.raises(ConfigError, match=r"pyproject.toml\): not valid TOML"):
+        resolve(environ={}, start=start)
+
+
+def test_tool_conveyor_that_is_not_a_table_is_a_config_error(tmp_path):
+    start = write_pyproject(tmp_path, '[tool]\nconveyor = "eager"\n')
+    with pytest.raises(ConfigError, match=r"\[tool.conveyor\] must be a table .* not a str: 'eager'"):
+        resolve(environ={}, start=start)

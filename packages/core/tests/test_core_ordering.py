@@ -41,6 +41,14 @@ def test_cycle_names_the_stages():
         toposort(stages)
 
 
+def test_a_cycle_with_a_stage_behind_it_is_named():
+    """``a`` comes after the cycle, has no successor and sorts first: the walk
+    used to start there and fail with ``min() arg is an empty sequence`` (issue 23)."""
+    stages = {"b": wrapper("b", after=("c",)), "c": wrapper("c", after=("b",)), "a": wrapper("a", after=("b",))}
+    with pytest.raises(PipelineError, match=r"cycle among \['b', 'c', 'b'\]"):
+        toposort(stages)
+
+
 def test_missing_requirement_is_named():
     available = {"a": wrapper("a", requires=("b",)), "b": wrapper("b"), "eager": backend("eager")}
     with pytest.raises(PipelineError, match=r"stage 'a' requires \['b'\], which are disabled"):

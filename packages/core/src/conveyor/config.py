@@ -159,8 +159,17 @@ def pyproject_layer(start: Path | None = None) -> tuple[dict[str, Any], str]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             with candidate.open("rb") as fh:
-                data = tomllib.load(fh)
-            table = data.get("tool", {}).get("conveyor")
+                try:
+                    data = tomllib.load(fh)
+                except tomllib.TOMLDecodeError as exc:
+                    raise ConfigError(f"config ({candidate}): not valid TOML: {exc}") from exc
+            tool = data.get("tool", {})
+            table = tool.get("conveyor") if isinstance(tool, dict) else None
+            if table is not None and not isinstance(table, dict):
+                raise ConfigError(
+                    f"config ({candidate}): [tool.conveyor] must be a table (e.g. backend = \"eager\" under "
+                    f"[tool.conveyor]), not a {type(table).__name__}: {table!r}"
+                )
             if table is not None:
                 return dict(table), str(candidate)
     return {}, "pyproject.toml"

@@ -96,13 +96,19 @@ def toposort(stages: Mapping[str, StageSpec]) -> list[StageSpec]:
 
 
 def _cycle(succ: Mapping[str, set[str]], left: set[str]) -> list[str]:
-    """One cycle among the stages ``left`` (all of which are on or behind a cycle)."""
-    start = min(left)
+    """One cycle among the stages ``left`` (each on a cycle or behind one),
+    in edge order, its first stage repeated at the end. Walked backwards:
+    every stage left has a predecessor left (its in-degree never reached
+    zero), while a stage behind a cycle may have no successor left."""
+    pred = {n: sorted(s for s in left if n in succ[s]) for n in left}
     path: list[str] = []
     seen: dict[str, int] = {}
-    node = start
+    node = min(left)
     while node not in seen:
         seen[node] = len(path)
         path.append(node)
-        node = min(t for t in succ[node] if t in left)
-    return [*path[seen[node]:], node]
+        node = pred[node][0]
+    cycle = path[seen[node] :][::-1]
+    first = cycle.index(min(cycle))  # the same stage first, however the walk entered it
+    cycle = cycle[first:] + cycle[:first]
+    return [*cycle, cycle[0]]
