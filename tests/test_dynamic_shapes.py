@@ -60,3 +60,23 @@ def test_the_same_tensor_twice_stays_symbolic_through_dedupe():
         torch.testing.assert_close(c(w, w, x), f(w, w, x))
     assert c.compiles == 2 and _symbolic(c.last)
     assert "dedupe" in [g.stage for g in c.last.graphs]
+
+
+def _alibi_scores(alibi, q, k):
+    # BLOOM's attention scores: the first operand broadcasts over the query length
+    return torch.baddbmm(alibi, q, k.transpose(1, 2), beta=1.0, alpha=0.5).softmax(-1)
+
+
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
+def test_a_broadcast_baddbmm_stays_symbolic(entry, recwarn):
+    torch._dynamo.reset()
+    if entry == "conveyor":
+        compiled = conveyor.compile(_alibi_scores, dynamic=True)
+    else:
+        compiled = torch.compile(_alibi_scores, backend="conveyor", dynamic=True)
+    for s in (5, 7, 9):
+        inputs = (torch.randn(4, 1, s), torch.randn(4, s, 8, requires_grad=True), torch.randn(4, s, 8, requires_grad=True))
+        check(_alibi_scores, *inputs, compile=lambda fn: compiled)
+    assert not [w for w in recwarn if "conveyor" in str(w.message)], [str(w.message) for w in recwarn]
+    if entry == "conveyor":
+        assert compiled.compiles == 1
