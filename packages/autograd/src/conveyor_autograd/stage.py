@@ -7,7 +7,7 @@ from typing import Any
 
 import conveyor.fallback
 import torch
-from conveyor import CaptureError, Lowering, Request, StageError, stamp
+from conveyor import DataDependentError, Lowering, Request, StageError, stamp
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
@@ -67,7 +67,7 @@ class Autograd:
         with _use_lazy_graph_module(True):  # Note [Graphs nobody runs]
             try:
                 joint = trace_joint(request)
-            except CaptureError as exc:  # Note [Data-dependent sizes in a backward]
+            except DataDependentError as exc:  # Note [Data-dependent sizes in a backward]
                 cause = str(exc).splitlines()[0].removeprefix("capture: ")
                 return conveyor.fallback.eager_lowering(
                     request, STAGE, f"its backward needs a size that depends on tensor values ({cause})"

@@ -4,7 +4,7 @@ from conveyor.__about__ import __version__
 from conveyor.capture import retrace
 from conveyor.compiled import Compiled, compile, last_graphs
 from conveyor.config import Config, resolve
-from conveyor.errors import CaptureError, ConfigError, ConveyorError, PipelineError, StageError
+from conveyor.errors import CaptureError, ConfigError, ConveyorError, DataDependentError, PipelineError, StageError
 from conveyor.grad_regions import call_graph
 from conveyor.hookspecs import hookimpl
 from conveyor.pipeline import Pipeline
@@ -19,6 +19,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ConveyorError",
+    "DataDependentError",
     "Lowering",
     "Pipeline",
     "PipelineError",

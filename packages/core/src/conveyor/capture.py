@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 
 from conveyor import subclasses
 from conveyor.closure import trace_closing_over
-from conveyor.errors import CaptureError
+from conveyor.errors import DataDependentError
 from conveyor.fallback import watching_user_code
 from conveyor.grad_regions import detach_no_grad_results, trace_below_autograd
 from conveyor.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
@@ -302,7 +302,7 @@ def retrace(
     ``fn`` takes the flat inputs and returns a tuple of outputs. The trace
     runs on stand-ins for the fake inputs, which it leaves untouched
     (Note [Tracing on stand-ins]). Tracing errors caused by data-dependent
-    control flow become a :class:`CaptureError` that says so.
+    control flow become a :class:`DataDependentError` that says so.
     """
 
     try:
@@ -313,7 +313,7 @@ def retrace(
             return traced(*stand_ins)
     except Exception as exc:
         if _is_data_dependent(exc):
-            raise CaptureError(f"capture: {type(exc).__name__}: {exc}\n{_FLOW_HINT}") from exc
+            raise DataDependentError(f"capture: {type(exc).__name__}: {exc}\n{_FLOW_HINT}") from exc
         raise
 
 

@@ -30,3 +30,8 @@ class StageError(ConveyorError, RuntimeError):
 
 class CaptureError(ConveyorError):
     """The standalone capture (make_fx) could not trace the user's function."""
+
+
+class DataDependentError(CaptureError):
+    """A trace needed a size or a branch that only the tensors' values decide
+    (``nonzero``, ``.item()``, Python control flow on values)."""

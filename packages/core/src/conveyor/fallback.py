@@ -138,11 +138,7 @@ def _raised_by_torch_python_kernel(exc: BaseException) -> bool:
     """Whether ``exc`` was raised in one of torch's meta registrations or
     Python references (its innermost frame, past ``torch._check``'s own in
     ``torch/__init__.py``)."""
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
+    frames = _files(exc)
     while frames and frames[-1] == _TORCH_INIT:
         frames.pop()
     return bool(frames) and frames[-1].startswith(_PYTHON_KERNEL_FILES)
@@ -155,12 +151,18 @@ _FX_PROXY = os.path.join(os.path.dirname(torch.__file__), "fx", "proxy.py")
 def _unrecordable_argument(exc: BaseException) -> bool:
     """``exc`` is FX refusing to record an op's argument (``argument of type:
     <class 'torch.storage.UntypedStorage'>``), raised in ``torch/fx/proxy.py``."""
+    files = _files(exc)
+    return isinstance(exc, NotImplementedError) and files[-1:] == [_FX_PROXY] and "argument of type" in str(exc)
+
+
+def _files(exc: BaseException) -> list[str]:
+    """The file of each frame ``exc`` passed through, the innermost last."""
+    files = []
     tb = exc.__traceback__
-    last = None
     while tb is not None:
-        last = tb.tb_frame.f_code.co_filename
+        files.append(tb.tb_frame.f_code.co_filename)
         tb = tb.tb_next
-    return isinstance(exc, NotImplementedError) and last == _FX_PROXY and "argument of type" in str(exc)
+    return files
 
 
 # Note [Watching a capture, thread by thread]: ``Function.apply`` and the

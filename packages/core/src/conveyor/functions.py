@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
 #: the op's qualified name, as graphs show it
@@ -73,15 +74,13 @@ def _original_apply(cls: type, *args: Any) -> Any:
 def _op() -> Any:
     """The custom op, defined on first use."""
 
-    @torch.library.custom_op(OP_NAME, mutates_args=())
-    def apply_function(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    def forward(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         with torch.no_grad():
             return _APPLIED[key].call(tensors, _original_apply)
 
-    @apply_function.register_fake
-    def _(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        with torch.no_grad():
-            return _APPLIED[key].call(tensors, _original_apply)
+    # the same forward computes the values and, on fake tensors, their metadata
+    apply_function = torch.library.custom_op(OP_NAME, forward, mutates_args=())
+    apply_function.register_fake(forward)
 
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
         key, tensors = inputs
@@ -116,7 +115,7 @@ def probe(cls: type, args: tuple[Any, ...]) -> Applied | str:
     positions = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
     if not positions:
         return "its tensors are not direct arguments of apply"
-    if any(isinstance(leaf, torch.Tensor) for i, a in enumerate(args) if i not in positions for leaf in _leaves(a)):
+    if any(isinstance(leaf, torch.Tensor) for i, a in enumerate(args) if i not in positions for leaf in pytree.tree_leaves(a)):
         return "it takes tensors inside containers"
     # outside the trace and the capture's own function modes (it watches the user's code)
     with disable_proxy_modes_tracing(), torch._C.DisableTorchFunction():
@@ -156,9 +155,3 @@ def _stand_in(t: torch.Tensor) -> torch.Tensor:
     grad (an in-place op on it is then what the Function itself does)."""
     copy = t.detach().clone()
     return copy.requires_grad_().clone() if t.requires_grad else copy
-
-
-def _leaves(value: Any) -> list[Any]:
-    import torch.utils._pytree as pytree
-
-    return pytree.tree_leaves(value)

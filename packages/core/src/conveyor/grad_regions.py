@@ -55,17 +55,11 @@ class GradModeTagger(TorchDispatchMode):
         self.tag = tag
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        mode = get_proxy_mode()
-        graph = mode.tracer.graph if mode is not None else None
-        last = next(iter(reversed(graph.nodes)), None) if graph is not None else None
+        mark = _mark()
         out = func(*args, **(kwargs or {}))
-        if graph is None or not ((self.tag and not torch.is_grad_enabled()) or func is _DETACH):
+        if mark is None or not ((self.tag and not torch.is_grad_enabled()) or func is _DETACH):
             return out
-        made = []
-        node = graph._root.prev
-        while node is not last and node is not graph._root:
-            made.append(node)
-            node = node.prev
+        made = _made_since(mark)
         if self.tag and not torch.is_grad_enabled():
             for node in made:
                 node.meta[GRAD_META] = False
@@ -137,7 +131,6 @@ def probe_detach_recording() -> None:
         raise CaptureError(_lost_cut(recorded))
 
 
-
 @contextlib.contextmanager
 def recorded_with_grad() -> Iterator[None]:
     """The nodes a trace records inside this block are tagged as run with grad
@@ -145,15 +138,34 @@ def recorded_with_grad() -> Iterator[None]:
     own autograd runs it inside an ``autograd.Function``'s forward (a custom
     op's, Note [Custom ops] in ``conveyor.fallback``), which runs under
     ``no_grad``, while the caller's grad mode is on."""
-    mode = get_proxy_mode()
-    graph = mode.tracer.graph if mode is not None else None
-    last = next(iter(reversed(graph.nodes)), None) if graph is not None else None
+    mark = _mark()
     yield
-    if graph is not None:
-        node = graph._root.prev
-        while node is not last and node is not graph._root:
+    if mark is not None:
+        for node in _made_since(mark):
             node.meta.pop(GRAD_META, None)
-            node = node.prev
+
+
+_Mark = tuple[torch.fx.Graph, "torch.fx.Node | None"]
+
+
+def _mark() -> _Mark | None:
+    """The graph the current ``make_fx`` trace records into and its last node."""
+    mode = get_proxy_mode()
+    if mode is None:
+        return None
+    graph = mode.tracer.graph
+    return graph, next(iter(reversed(graph.nodes)), None)
+
+
+def _made_since(mark: _Mark) -> list[torch.fx.Node]:
+    """The nodes recorded after ``mark``, the latest first."""
+    graph, last = mark
+    made = []
+    node = graph._root.prev
+    while node is not last and node is not graph._root:
+        made.append(node)
+        node = node.prev
+    return made
 
 
 class _GradModeInterpreter(torch.fx.Interpreter):

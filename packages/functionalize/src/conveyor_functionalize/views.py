@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,11 +100,20 @@ class SymbolicGeometry:
         def tup(items: Sequence[str | None]) -> str:
             return "(" + "".join(f"{t}, " for t in items) + ")"
 
-        return SymbolicGeometry(f"({tup(texts[:n])}, {tup(texts[n : 2 * n])}, {texts[-1]} - v.storage_offset())")
+        found = SymbolicGeometry(f"({tup(texts[:n])}, {tup(texts[n : 2 * n])}, {texts[-1]} - v.storage_offset())")
+        try:  # once on the fake: an expression the printer wrote with a name it does not bind fails here
+            found(viewed)
+        except Exception:  # refused at compile time rather than at a call
+            return None
+        return found
 
     def __call__(self, viewed: torch.Tensor) -> Geometry:
         """Sizes, strides and relative offset for the real ``viewed``."""
-        return cast(Geometry, eval(_compiled(self.source), {"__builtins__": {}}, {"v": viewed}))
+        return cast(Geometry, eval(_compiled(self.source), _NAMES, {"v": viewed}))
+
+
+#: what the printer may write besides arithmetic (``Max``, ``Min``, ceil and floor)
+_NAMES: dict[str, Any] = {"__builtins__": {}, "max": max, "min": min, "int": int, "abs": abs, "math": math}
 
 
 @functools.cache
