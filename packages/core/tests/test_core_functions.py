@@ -34,10 +34,15 @@ def test_a_custom_autograd_function_needing_grad_is_one_node_with_its_own_backwa
     assert "conveyor.apply_function" in code and "round" not in code
 
 
-def test_a_custom_autograd_function_behind_dynamo_runs_eagerly_with_a_warning():
-    torch._dynamo.reset()  # dynamo hands over its autograd_function_apply, which is not captured yet
-    with pytest.warns(UserWarning, match="conveyor: running .* eagerly: .*autograd.Function"):
-        check(_with_custom_function, torch.randn(3, requires_grad=True), compile=lambda fn: torch.compile(fn, backend="conveyor"))
+def test_a_custom_autograd_function_behind_dynamo_is_one_node_with_its_own_backward():
+    """Note [Functions behind dynamo] in conveyor.functions."""
+    torch._dynamo.reset()
+    compiled = torch.compile(_with_custom_function, backend="conveyor")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # dynamo itself warns a DeprecationWarning
+        check(_with_custom_function, torch.randn(3, requires_grad=True), compile=lambda fn: compiled)
+    code = conveyor.last_graphs(compiled)[0].graph.code
+    assert "conveyor.apply_function" in code and "round" not in code
 
 
 class _InPlace(torch.autograd.Function):

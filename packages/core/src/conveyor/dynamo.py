@@ -27,11 +27,11 @@ import torch.fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from conveyor import cache, dynamo_graphs, subclasses
+from conveyor import cache, dynamo_graphs, functions, subclasses
 from conveyor.capture import trace_user
 from conveyor.closure import trace_closing_over
 from conveyor.config import resolve
-from conveyor.fallback import EagerFallback, has_autograd_function, warn_eager, watching_capture
+from conveyor.fallback import EagerFallback, warn_eager, watching_capture
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn
 from conveyor.subclass_joint import compile_program
@@ -51,13 +51,8 @@ class DynamoCompiled:
         self.gm = gm
         self.pipeline = pipeline
         self.piece = dynamo_graphs.new_piece()  # Note [Graphs of a torch.compile'd object]
-        self._eager = has_autograd_function(gm)  # Note [Custom autograd functions]
-        if self._eager:
-            warn_eager(
-                "a dynamo graph",
-                "it applies a torch.autograd.Function, whose own backward a captured graph cannot keep",
-            )
-            return
+        # Note [Functions behind dynamo] in conveyor.functions: what capture traces
+        self._traced = functions.with_functions_as_nodes(gm)
         self._items = _read_with_item(gm, example_inputs)
         self._keyed = tuple(s.cache_key for s in pipeline.stages if s.cache_key is not None)
         # dynamo's tensor guards hold requires_grad: these positions require grad on every call
@@ -92,7 +87,7 @@ class DynamoCompiled:
         self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]
     ) -> tuple[CompiledFn, tuple[StageGraph, ...]] | None:
         """The compiled graph, or ``None`` where it must run eagerly (warned)."""
-        gm = _with_constant_items(self.gm, items)
+        gm = _with_constant_items(self._traced, items)
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
             out = gm(*args)
@@ -121,9 +116,6 @@ class DynamoCompiled:
         return run, graphs
 
     def __call__(self, *args: Any) -> Sequence[Any]:
-        if self._eager:
-            self.piece.last = (dynamo_graphs.ticks(), ())
-            return self.gm(*args)  # type: ignore[no-any-return]
         if self._lowered_key is not None and self._key(args, shapes=False) == self._lowered_key:
             entry = self._lowered
         else:

@@ -287,9 +287,3 @@ def watching_user_code() -> TorchFunctionMode:
     """Active while the user's program runs inside a capture trace."""
     return _AutogradStateWatcher()
 
-
-def has_autograd_function(gm: torch.fx.GraphModule) -> bool:
-    """Dynamo's graph applies a custom ``autograd.Function`` (its
-    ``autograd_function_apply`` higher-order op)."""
-    hop = getattr(torch.ops.higher_order, "autograd_function_apply", None)
-    return hop is not None and any(n.op == "call_function" and n.target is hop for n in gm.graph.nodes)
