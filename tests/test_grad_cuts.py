@@ -4,6 +4,7 @@ autograd]; the capture-level checks are in ``packages/core/tests``)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -53,3 +54,44 @@ def test_a_detached_output_beside_its_source_keeps_each_autograd_state(entry: st
     check(fn, x, compile=ENTRIES[entry])
     outs = ENTRIES[entry](fn)(x)
     assert [o.requires_grad for o in outs] == [o.requires_grad for o in fn(x)]
+
+
+class _Gelu(torch.autograd.Function):
+    """BLOOM's GeLU: its own backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(1.702 * x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(1.702 * x)
+        return g * (s + 1.702 * x * s * (1 - s))
+
+
+@torch.library.custom_op("conveyor_test::grad_cuts_scaled", mutates_args=())
+def _scaled(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+_scaled.register_fake(lambda x: torch.empty_like(x))
+_scaled.register_autograd(lambda ctx, g: g * 3)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("op", [lambda x: _Gelu.apply(x), _scaled], ids=["function", "custom_op"])
+def test_a_differentiable_node_replayed_by_a_stage_keeps_carrying_gradient(entry: str, op: Any) -> None:
+    """A custom op's (or Function's) own autograd runs it inside a ``no_grad``
+    forward; a stage's replay (here dedupe's, for a weight passed twice, as
+    BLOOM ties its embeddings) must still record it as run with grad, or the
+    gradient of everything before it is silently lost."""
+
+    def fn(w, tied, x):
+        return (op(x @ w) @ tied.T).square().sum()
+
+    w = torch.randn(4, 4, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no eager fallback
+        check(fn, w, w, torch.randn(2, 4, requires_grad=True), compile=ENTRIES[entry])

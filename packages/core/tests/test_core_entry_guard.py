@@ -130,7 +130,7 @@ def test_training_flags_flip_the_entry() -> None:
 
 
 def test_without_dict_version_tags_changes_are_still_seen(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(capture, "_tags", capture._dict_tags(versions=False))
+    monkeypatch.setattr(capture, "dict_tags", capture._dict_tags(versions=False))
     module = torch.nn.Linear(3, 2)
     compiled = conveyor.compile(module)
     x = torch.randn(4, 3)

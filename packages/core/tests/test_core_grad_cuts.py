@@ -13,6 +13,7 @@ import pytest
 import torch
 from conveyor.errors import CaptureError
 from conveyor.grad_regions import probe_detach_recording, trace_below_autograd
+from conveyor.testing import check
 
 aten = torch.ops.aten
 
@@ -33,3 +34,31 @@ def test_a_trace_that_loses_a_cut_fails_loudly() -> None:
     losing = {aten.detach.default: lambda x: aten.alias.default(x)}
     with pytest.raises(CaptureError, match="gradient cut would be lost"):
         trace_below_autograd(lambda x: x.detach() * 2, decomposition_table=losing)(torch.randn(3))
+
+
+
+class _Gelu(torch.autograd.Function):
+    """BLOOM's GeLU: its own backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(1.702 * x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(1.702 * x)
+        return g * (s + 1.702 * x * s * (1 - s))
+
+def test_a_function_applied_through_an_apply_taken_before_the_compile_runs_eagerly() -> None:
+    """Core Note [Functions applied past the capture]: never its forward
+    inlined with its backward lost."""
+    gelu = _Gelu.apply
+
+    def fn(w, x):
+        return gelu(x @ w).sum()
+
+    with pytest.warns(UserWarning, match="_Gelu"):
+        checked = check(fn, torch.randn(4, 4, requires_grad=True), torch.randn(2, 4))
+    assert checked.compiled.last.eager

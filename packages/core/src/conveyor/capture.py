@@ -23,9 +23,9 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from conveyor import subclasses
+from conveyor.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.closure import trace_closing_over
 from conveyor.errors import DataDependentError
-from conveyor.fallback import watching_user_code
 from conveyor.grad_regions import detach_no_grad_results, trace_below_autograd
 from conveyor.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 from conveyor.reachable import StateWatch, refuse_changed_containers
@@ -123,7 +123,7 @@ class ModuleState:
     def _refresh(self) -> None:
         self.modules = tuple(m for _, m in self.module.named_modules(remove_duplicate=False))
         self._dicts = tuple(d for m in self.modules for d in (m.__dict__, m._parameters, m._buffers, m._modules))
-        self._tags = _tags(self._dicts)
+        self._tags = dict_tags(self._dicts)
         names, tensors = lifted_state(self.module)
         self.structure = (self.modules, tuple(names))
         self._tensors = tuple(tensors)
@@ -131,7 +131,7 @@ class ModuleState:
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """The lifted parameters and buffers, in the order of ``lifted_state``."""
-        if _tags(self._dicts) != self._tags:
+        if dict_tags(self._dicts) != self._tags:
             self._refresh()
         return self._tensors
 
@@ -160,7 +160,8 @@ def _dict_tags(versions: bool = True) -> Callable[[Sequence[dict[str, Any]]], Ha
     return lambda dicts: tuple((tuple(d), tuple(map(id, d.values()))) for d in dicts)
 
 
-_tags = _dict_tags()
+#: version tags of dicts (``ModuleState``, the forward hooks' key)
+dict_tags = _dict_tags()
 
 
 def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
@@ -219,14 +220,17 @@ def capture(
             installed = Installed(objects, flat[layout.n_lifted + n_user :])
         args, kwargs = pytree.tree_unflatten(leaves, layout.in_spec)
         try:
-            with watching_user_code():  # Note [Autograd state changed by the program]
+            with watching_user_code() as autograd_state:  # Note [Autograd state changed by the program]
                 if module is not None:
                     params = dict(zip(state_names, state, strict=False))
                     out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
                 else:
                     out = fn(*args, **kwargs)
             refuse_changed_containers(args, kwargs, leaves, layout.in_spec)
-            return _flat_outputs(out, installed, out_info)
+            flat_out = _flat_outputs(out, installed, out_info)
+            autograd_state.refuse_outputs_needing_sources(flat_out)
+            refuse_inlined_functions(flat_out)  # Note [Functions applied past the capture]
+            return flat_out
         finally:
             if installed is not None:
                 installed.restore()

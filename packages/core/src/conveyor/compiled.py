@@ -29,7 +29,7 @@ from conveyor.plugins import Plugins
 from conveyor.stage import CompiledFn
 from conveyor.subclass_joint import compile_program
 from conveyor.subclasses import boundary_key
-from conveyor.wrappers import hooks_key, refuse_distributed_wrapper, refuse_forward_hooks
+from conveyor.wrappers import hooks_key, refuse_distributed_wrapper
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,6 @@ class Compiled:
             fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
         try:
             with watching_capture():
-                refuse_forward_hooks(self.module)  # Note [Forward hooks]
                 graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, objects)
         except EagerFallback as exc:
             warn_eager(self._name(), str(exc))

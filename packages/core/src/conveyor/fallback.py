@@ -14,11 +14,7 @@ program compiles; what to save and what to recompute is then the partitioner's
 choice, as for any other part of the graph. (Non-reentrant checkpointing
 applies no Function and traces as it is.)
 
-Note [Autograd state changed by the program]: ``x.requires_grad_()``,
-``x.requires_grad = ...``, ``x.detach_()`` and ``x.data = y`` change a
-tensor's autograd state or swap its data behind autograd's back; a graph
-traced below autograd records none of them. A program doing one of these runs
-eagerly, with a warning.
+Note [Autograd state changed by the program] is in ``conveyor.autograd_state``.
 
 Note [Seeding inside the program]: ``torch.manual_seed`` (or
 ``set_rng_state``) is plain Python: a trace runs it once and records nothing,
@@ -39,7 +35,6 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch.autograd.function import Function
-from torch.overrides import TorchFunctionMode
 from torch.utils.checkpoint import CheckpointFunction
 
 from conveyor import functions
@@ -198,6 +193,11 @@ def _in_capture() -> bool:
     return bool(getattr(_capturing, "depth", 0))
 
 
+def watching() -> bool:
+    """A capture in this thread watches the program (:func:`watching_capture`)."""
+    return _in_capture()
+
+
 def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     if _in_capture() and torch.is_grad_enabled() and cls.__module__ == _CUSTOM_OP_AUTOGRAD:
         with recorded_with_grad():  # Note [Custom ops]
@@ -260,30 +260,3 @@ def _uninstall() -> None:
     for name, fn in _ORIGINAL_SEEDING.items():
         setattr(torch, name, fn)
         setattr(torch.random, name, fn)
-
-
-class _AutogradStateWatcher(TorchFunctionMode):
-    """Refuses the tensor methods of Note [Autograd state changed by the program]."""
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = _REFUSED_METHODS.get(func)
-        if name is None and getattr(func, "__name__", None) == "__set__":
-            name = _REFUSED_SETTERS.get(getattr(func, "__self__", None))
-        if name is not None:
-            raise EagerFallback(
-                f"it uses Tensor.{name}, which a captured graph cannot record (Note [Autograd state changed by the program])"
-            )
-        return func(*args, **(kwargs or {}))
-
-
-_REFUSED_METHODS = {torch.Tensor.requires_grad_: "requires_grad_", torch.Tensor.detach_: "detach_"}
-_REFUSED_SETTERS = {
-    torch._C.TensorBase.__dict__["requires_grad"]: "requires_grad (set)",
-    torch._C.TensorBase.__dict__["data"]: "data (set)",
-}
-
-
-def watching_user_code() -> TorchFunctionMode:
-    """Active while the user's program runs inside a capture trace."""
-    return _AutogradStateWatcher()
-

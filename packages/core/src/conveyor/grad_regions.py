@@ -170,9 +170,14 @@ def _made_since(mark: _Mark) -> list[torch.fx.Node]:
 
 class _GradModeInterpreter(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
-        if n.meta.get(GRAD_META, True):
+        if not n.meta.get(GRAD_META, True):
+            with torch.no_grad():
+                return super().run_node(n)
+        if not torch.is_grad_enabled():
             return super().run_node(n)
-        with torch.no_grad():
+        # a node captured with grad records its replay with grad too, also where its own
+        # autograd runs it inside a Function's no_grad forward (a custom op's, Note [Custom ops])
+        with recorded_with_grad():
             return super().run_node(n)
 
 

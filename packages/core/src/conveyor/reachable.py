@@ -24,13 +24,15 @@ are watched (a training step would leave fake momentum buffers there).
 
 from __future__ import annotations
 
+import functools
 import types
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.nn.modules import module as _module
 
 from conveyor.fallback import EagerFallback
 from conveyor.objects import HINT, is_object
@@ -74,6 +76,43 @@ def _functions(fn: Callable[..., Any] | None, module: torch.nn.Module | None) ->
     return found
 
 
+def forward_hooks(modules: Iterable[torch.nn.Module]) -> Iterator[tuple[str, Any]]:
+    """The forward (pre-)hooks that run when ``modules`` are called: the
+    process's global ones, then each module's, with where they are
+    registered (Note [Forward hooks])."""
+    for hook in (*_module._global_forward_pre_hooks.values(), *_module._global_forward_hooks.values()):
+        yield "a global module hook", hook
+    for m in modules:
+        for hook in (*m._forward_pre_hooks.values(), *m._forward_hooks.values()):
+            yield f"a forward hook of {type(m).__qualname__}", hook
+
+
+def _hook_parts(label: str, hook: Any) -> tuple[list[tuple[str, types.FunctionType]], list[tuple[str, Any]]]:
+    """A hook's own function (its global and closure bindings) and the state
+    it reaches: its closure cells, the object of a bound method or a callable
+    instance, a ``functools.partial``'s arguments."""
+    roots: list[tuple[str, Any]] = []
+    target = hook
+    if isinstance(hook, functools.partial):
+        roots += [(f"{label} (its arguments)", a) for a in (*hook.args, *hook.keywords.values())]
+        target = hook.func
+    owner = getattr(target, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        roots.append((f"{label} ({type(owner).__name__})", owner))
+    func = getattr(target, "__func__", target)
+    if isinstance(func, types.FunctionType):
+        name = f"{label} {func.__qualname__}"
+        for cell_name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
+            contents = _cell_contents(cell)
+            if contents is not _MISSING:
+                roots.append((f"{name}: {cell_name}", contents))
+        roots += [(f"{name}: {g}", func.__globals__[g]) for g in func.__code__.co_names if g in func.__globals__]
+        return [(f" (in {name})", func)], roots
+    if is_object(target) or hasattr(target, "__dict__") and not isinstance(target, (type, types.BuiltinFunctionType)):
+        roots.append((f"{label} ({type(target).__name__})", target))
+    return [], roots
+
+
 def _cell_contents(cell: types.CellType) -> Any:
     try:
         return cell.cell_contents
@@ -83,7 +122,17 @@ def _cell_contents(cell: types.CellType) -> Any:
 
 #: libraries whose objects are the runtime's, not the program's state (a logger's
 #: level cache fills in as a trace logs): not watched
-_INFRASTRUCTURE = ("logging", "threading", "_thread", "weakref", "warnings", "functools", "typing", "importlib", "torch")
+_INFRASTRUCTURE = (
+    "logging",
+    "threading",
+    "_thread",
+    "weakref",
+    "warnings",
+    "functools",
+    "typing",
+    "importlib",
+    "torch",
+)
 
 
 #: torch objects whose attributes are the program's state: a training step writes them
@@ -121,21 +170,33 @@ class StateWatch:
     """A shallow snapshot of the state a program reaches (Note [State a
     program reaches]); :meth:`restore` puts it back and names what changed."""
 
-    def __init__(self, fn: Callable[..., Any] | None, module: torch.nn.Module | None, exclude: Iterable[Any] = ()) -> None:
+    def __init__(
+        self, fn: Callable[..., Any] | None, module: torch.nn.Module | None, exclude: Iterable[Any] = ()
+    ) -> None:
         skip = {id(x) for x in exclude}
         # attributes that only mirror a module's parameters (nn.RNNBase's _flat_weights): put
         # back silently, since functional_call's swapping of the parameters rewrites them
         self.mirrors: list[tuple[torch.nn.Module, dict[str, Any]]] = []
         self.saved: list[tuple[str, Any, list[tuple[Any, dict[Any, Any] | list[Any]]]]] = []
         seen: set[int] = set()
-        self.globals: list[tuple[dict[str, Any], str, Any]] = []
+        self.globals: list[tuple[dict[str, Any], str, str, Any]] = []
         self.cells: list[tuple[types.CellType, str, Any]] = []
-        for func in _functions(fn, module):
+        roots = _roots(fn, module)
+        functions = [("", f) for f in _functions(fn, module)]
+        # Note [Forward hooks]: the hooks of every module the program reaches are its code too
+        modules = {id(m): m for _, r in roots if isinstance(r, torch.nn.Module) for m in r.modules()}
+        for label, hook in forward_hooks(modules.values()):
+            hook_functions, hook_roots = _hook_parts(label, hook)
+            functions += [f for f in hook_functions if f[1] not in [g for _, g in functions]]
+            roots += hook_roots
+        for where, func in functions:
             for name in func.__code__.co_names:  # a global the code may rebind (global n; n += 1)
-                self.globals.append((func.__globals__, name, func.__globals__.get(name, _MISSING)))
+                self.globals.append(
+                    (func.__globals__, f"global {name}{where}", name, func.__globals__.get(name, _MISSING))
+                )
             for name, cell in zip(func.__code__.co_freevars, func.__closure__ or (), strict=False):
-                self.cells.append((cell, name, _cell_contents(cell)))  # nonlocal n; n += 1
-        for label, root in _roots(fn, module):
+                self.cells.append((cell, f"closure variable {name}{where}", _cell_contents(cell)))  # nonlocal n; n += 1
+        for label, root in roots:
             if isinstance(root, torch.nn.Module):
                 for name, m in root.named_modules():
                     if id(m) not in seen:
@@ -144,7 +205,17 @@ class StateWatch:
                         mirrors = {k: v for k, v in vars(m).items() if _mirrors_parameters(v, m)}
                         if mirrors:
                             self.mirrors.append((m, mirrors))
-                        self.saved.append((where, m, [(vars(m), dict(vars(m))), (m._parameters, dict(m._parameters)), (m._buffers, dict(m._buffers))]))
+                        self.saved.append(
+                            (
+                                where,
+                                m,
+                                [
+                                    (vars(m), dict(vars(m))),
+                                    (m._parameters, dict(m._parameters)),
+                                    (m._buffers, dict(m._buffers)),
+                                ],
+                            )
+                        )
                 continue
             self._walk(label, root, seen, skip)
 
@@ -168,7 +239,9 @@ class StateWatch:
                     self.saved.append((f"{where}.state", state, [(state, dict(state))]))
                     for k, per_param in state.items():
                         if type(per_param) is dict:
-                            self.saved.append((f"{where}.state[{type(k).__name__}]", per_param, [(per_param, dict(per_param))]))
+                            self.saved.append(
+                                (f"{where}.state[{type(k).__name__}]", per_param, [(per_param, dict(per_param))])
+                            )
                 stack += [(f"{where}.{k}", x) for k, x in vars(v).items() if k != "state"]
             elif type(v) is dict or (is_object(v) and not isinstance(v, torch.nn.Module) and not _infrastructure(v)):
                 seen.add(id(v))
@@ -181,16 +254,16 @@ class StateWatch:
         for m, mirrors in self.mirrors:
             vars(m).update(mirrors)  # before the comparison: not a write of the program
         changed: list[str] = []
-        for namespace, name, value in self.globals:
+        for namespace, where, name, value in self.globals:
             if namespace.get(name, _MISSING) is not value:
-                changed.append(f"global {name}")
+                changed.append(where)
                 if value is _MISSING:
                     namespace.pop(name, None)
                 else:
                     namespace[name] = value
-        for cell, name, value in self.cells:
+        for cell, where, value in self.cells:
             if _cell_contents(cell) is not value:
-                changed.append(f"closure variable {name}")
+                changed.append(where)
                 if value is _MISSING:
                     del cell.cell_contents
                 else:
@@ -206,7 +279,10 @@ class StateWatch:
                 assert isinstance(saved, dict)
                 diff = [k for k in set(saved) | set(now) if not _same(saved.get(k, _MISSING), now.get(k, _MISSING))]
                 if diff:
-                    changed += [f"{where}.{k}" if isinstance(k, str) else f"{where}[{type(k).__name__}]" for k in sorted(diff, key=str)]
+                    changed += [
+                        f"{where}.{k}" if isinstance(k, str) else f"{where}[{type(k).__name__}]"
+                        for k in sorted(diff, key=str)
+                    ]
                     now.clear()
                     now.update(saved)
         return changed

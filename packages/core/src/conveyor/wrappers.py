@@ -15,25 +15,27 @@ splits the graph at bucket boundaries), or the wrapped module's ``forward``
 forward and hooks then run eagerly around the compiled computation).
 
 Note [Forward hooks]: a module forward (pre-)hook, on any submodule or
-registered globally, runs at trace time; its tensor work is compiled in, but
-anything else it does (count calls, log, set state, talk to other ranks)
-would happen once. Such a module runs eagerly, with a warning that names the
-hook. The hooks in force are part of the compile-cache key, so a hook
-registered after a compile is seen at the next call. Tensor-parallel styles (``torch.distributed.tensor.parallel``) register
-hooks that only re-lay out their inputs and outputs; those are compiled in.
+registered globally, is the program's code like ``forward``: it runs at trace
+time and its tensor work is compiled in. The state a hook reaches (its closure,
+the globals it names, the object of a bound method) is watched as the
+program's own (Note [State a program reaches] in ``conveyor.reachable``): a
+hook that counts calls, stores activations or sets state runs eagerly, with
+a warning that names what it wrote. Python work that leaves no state behind
+(a ``print``) runs once, at trace time, as it would in ``forward``. The hooks
+in force are part of the compile-cache key, so a hook registered after a
+compile is seen at the next call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
 from torch.nn.modules import module as _module
-from torch.utils.hooks import RemovableHandle
 
+from conveyor.capture import dict_tags
 from conveyor.errors import CaptureError
-from conveyor.fallback import EagerFallback
 
 #: hooks from these modules only transform tensors and are compiled in
 _PURE_HOOK_MODULES = ("torch.distributed.tensor.parallel.",)
@@ -80,61 +82,23 @@ def refuse_distributed_wrapper(fn: Callable[..., Any]) -> None:
     )
 
 
-def refuse_forward_hooks(module: torch.nn.Module | None) -> None:
-    """Raise :class:`EagerFallback` naming a forward hook that capture would
-    run only once (Note [Forward hooks])."""
-    if module is None:
-        return
-    for where, hook in _forward_hooks(module):
-        if _pure(hook):
-            continue
-        target = getattr(hook, "func", hook)  # functools.partial
-        name = getattr(target, "__qualname__", type(target).__qualname__)
-        raise EagerFallback(
-            f"{where} has the forward hook {name}, whose Python side effects a captured graph would run only "
-            "once (Note [Forward hooks])"
-        )
-
-
 def hooks_key(modules: Sequence[torch.nn.Module]) -> Hashable:
-    """The forward hooks in force, for the compile-cache key: a hook
-    registered after a compile is seen at the next call. Recomputed only
-    when a hook was registered anywhere since (``RemovableHandle.next_id``)
-    or the modules changed; a removal seen late only keeps an eager
-    fallback a little longer."""
-    stamp = RemovableHandle.next_id
-    if _last[0] is modules and _last[1] == stamp:
-        return _last[2]
-    key = (
-        tuple(_module._global_forward_pre_hooks),
-        tuple(_module._global_forward_hooks),
-        tuple((tuple(m._forward_pre_hooks), tuple(m._forward_hooks)) for m in modules),
-    )
-    _last[:] = [modules, stamp, key]
-    return key
+    """The forward hooks in force, for the compile-cache key: the handles of
+    the process's and each module's hook dicts (a handle id is never
+    reused), so a hook registered or removed after a compile is seen at the
+    next call. Rebuilt only when one of the dicts changed (their version
+    tags, read with no Python loop) or the modules did."""
+    if _last[0] is not modules:
+        dicts = (
+            _module._global_forward_pre_hooks,
+            _module._global_forward_hooks,
+            *(d for m in modules for d in (m._forward_pre_hooks, m._forward_hooks)),
+        )
+        _last[:] = [modules, dicts, None, None]
+    tags = dict_tags(_last[1])
+    if tags != _last[2]:
+        _last[2:] = [tags, tuple(tuple(d) for d in _last[1])]
+    return _last[3]
 
 
-_last: list[Any] = [None, None, None]  # modules, RemovableHandle.next_id, key
-
-
-def _pure(hook: Any) -> bool:
-    """A tensor-parallel layout hook: a style's method, or the hook
-    ``distribute_module`` registers around one."""
-    target = getattr(hook, "func", hook)  # functools.partial
-    target = getattr(target, "__func__", target)  # a bound method
-    where = getattr(target, "__module__", None) or ""
-    if where.startswith(_PURE_HOOK_MODULES):
-        return True
-    if where == _DISTRIBUTE_MODULE:
-        cells = [c.cell_contents for c in getattr(target, "__closure__", None) or ()]
-        wrapped = [c for c in cells if callable(c) and not isinstance(c, type)]
-        return bool(wrapped) and all(_pure(c) for c in wrapped)
-    return False
-
-
-def _forward_hooks(module: torch.nn.Module) -> Iterator[tuple[str, Any]]:
-    for hook in (*_module._global_forward_pre_hooks.values(), *_module._global_forward_hooks.values()):
-        yield "the process (a global module hook)", hook
-    for path, m in module.named_modules():
-        for hook in (*m._forward_pre_hooks.values(), *m._forward_hooks.values()):
-            yield f"module {path or type(module).__qualname__!r}", hook
+_last: list[Any] = [None, (), None, None]  # modules, their hook dicts, the dicts' tags, the key
