@@ -110,16 +110,22 @@ def test_a_global_forward_pre_hook_is_compiled_in_and_its_writes_are_seen():
 
 
 def test_a_hook_registered_or_removed_after_compiling_is_seen_at_the_next_call():
-    model = torch.nn.Linear(3, 2)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
     compiled = conveyor.compile(model)
     x = torch.randn(2, 3)
-    torch.testing.assert_close(compiled(x), model(x))
-    handle = model.register_forward_hook(lambda mod, inp, out: out + 1)
-    torch.testing.assert_close(compiled(x), model(x))
-    assert compiled.compiles == 2 and not compiled.last.eager
-    handle.remove()
-    torch.testing.assert_close(compiled(x), model(x))  # the hook's + 1 is not baked in any more
-    torch.testing.assert_close(compiled(x), x @ model.weight.T + model.bias)
+    for step in range(6):  # each change is seen on every later call, the per-call guards' too
+        if step == 1:
+            handle = model[0].register_forward_hook(lambda mod, inp, out: out + 1)
+        if step == 3:
+            handle.remove()
+        if step == 4:
+            glob = torch.nn.modules.module.register_module_forward_hook(lambda mod, inp, out: out * 2)
+        if step == 5:
+            glob.remove()
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+    torch.testing.assert_close(compiled(x), x @ model[0].weight.T + model[0].bias)
+    assert compiled.compiles == 3 and not compiled.last.eager  # without, with, with the global hook
 
 
 def _frozen_embedding_model(hooked: bool = True, frozen_rest: bool = False) -> torch.nn.Module:

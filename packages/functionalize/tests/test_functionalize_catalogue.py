@@ -270,6 +270,25 @@ def test_dynamic_shapes_rebuild_views_whose_sizes_are_symbols(entry: str, requir
         assert compiled.compiles == 1
 
 
+def test_a_view_geometry_in_symbols_the_viewed_tensor_carries_in_a_multiple() -> None:
+    """Mixtral's MoE block (behind dynamo, after its expert loop's graph
+    break): an input of ``2*s`` rows reshaped to ``(2, s, 32)``. ``s`` is
+    read back as ``v.size(0) // 2``."""
+    from conveyor.dynamic_shapes import symbolic_fakes
+    from conveyor_functionalize.views import SymbolicGeometry
+
+    mode, (fake,) = symbolic_fakes([torch.randn(2, 5, 8)], frozenset({(0, 1)}))
+    with mode:
+        rows = (fake * 2).reshape(-1, 8)  # 2*s rows
+        view = rows.reshape(2, -1, 8)
+        odd = rows[1:].reshape(-1, 8)  # 2*s - 1 rows: s read back as (v.size(0) + 1) // 2
+    found = SymbolicGeometry.of((tuple(view.size()), tuple(view.stride()), view.storage_offset()), rows)
+    assert found is not None
+    assert found(torch.randn(14, 8)) == ((2, 7, 8), (56, 8, 1), 0)
+    found = SymbolicGeometry.of(((2, fake.size(1), 8), (fake.size(1) * 8, 8, 1), 0), odd)
+    assert found is not None and found(torch.randn(13, 8)) == ((2, 7, 8), (56, 8, 1), 0)
+
+
 def test_dynamic_shapes_refuse_a_view_in_another_inputs_symbols() -> None:
     def f(x, y):
         return (x.view(y.shape[0], -1),)

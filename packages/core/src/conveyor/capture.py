@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch.nn.modules import module as _module
 
 from conveyor import subclasses
 from conveyor.autograd_state import refuse_inlined_functions, watching_user_code
@@ -101,7 +102,9 @@ class ModuleState:
     are kept between calls and read again only when one of the dicts that
     decide them changed: each module's ``__dict__`` (its training flag, and
     the dicts below themselves), ``_parameters``, ``_buffers`` and
-    ``_modules``. A change is seen by the dicts' version tags
+    ``_modules``, and the forward-hook dicts (each module's and the
+    process's: a hook registered or removed keys the next call again, Note
+    [Forward hooks]). A change is seen by the dicts' version tags
     (``torch._C._dynamo.guards.dict_version``: CPython bumps a dict's tag on
     every write that changes it), read with one ``map`` per call, so a
     swapped parameter, a new submodule or buffer, ``m.a = None``, ``del``
@@ -122,7 +125,10 @@ class ModuleState:
 
     def _refresh(self) -> None:
         self.modules = tuple(m for _, m in self.module.named_modules(remove_duplicate=False))
-        self._dicts = tuple(d for m in self.modules for d in (m.__dict__, m._parameters, m._buffers, m._modules))
+        self._dicts = (
+            *(d for m in self.modules for d in (m.__dict__, m._parameters, m._buffers, m._modules, *_hook_dicts(m))),
+            *_hook_dicts(None),
+        )
         self._tags = dict_tags(self._dicts)
         names, tensors = lifted_state(self.module)
         self.structure = (self.modules, tuple(names))
@@ -137,6 +143,13 @@ class ModuleState:
 
     def training(self) -> tuple[bool, ...]:
         return tuple(m.training for m in self.modules)
+
+
+def _hook_dicts(m: torch.nn.Module | None) -> tuple[dict[Any, Any], ...]:
+    """The dicts of a module's forward hooks, or (``None``) the process's global ones."""
+    if m is None:
+        return (_module._global_forward_pre_hooks, _module._global_forward_hooks)
+    return (m._forward_pre_hooks, m._forward_hooks)
 
 
 def _dict_tags(versions: bool = True) -> Callable[[Sequence[dict[str, Any]]], Hashable]:

@@ -37,6 +37,7 @@ from conveyor.errors import StageError
 from conveyor.grad_regions import GRAD_META
 from torch._C import _functionalization
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.utils._sympy.functions import FloorDiv
 from torch.utils._sympy.printers import PythonPrinter
 
 STAGE = "functionalize"
@@ -73,14 +74,16 @@ class SymbolicGeometry:
     def of(geometry: SymGeometry, viewed: torch.Tensor) -> SymbolicGeometry | None:
         """The expression of ``geometry`` in terms of ``viewed``'s own symbols;
         ``None`` when it needs a symbol ``viewed`` does not carry."""
-        names: dict[sympy.Symbol, sympy.Symbol] = {}
+        names: dict[sympy.Symbol, sympy.Expr] = {}
         values: list[tuple[Any, str]] = [(viewed.size(d), f"v.size({d})") for d in range(viewed.dim())]
         if viewed.layout is torch.strided:
             values += [(viewed.stride(d), f"v.stride({d})") for d in range(viewed.dim())]
             values.append((viewed.storage_offset(), "v.storage_offset()"))
         for value, name in values:
-            if isinstance(value, torch.SymInt) and isinstance(value.node.expr, sympy.Symbol):
-                names.setdefault(value.node.expr, sympy.Symbol(name, integer=True))
+            if isinstance(value, torch.SymInt):
+                solved = _solved(value.node.expr, sympy.Symbol(name, integer=True))
+                if solved is not None:
+                    names.setdefault(*solved)
         printer = PythonPrinter()
 
         def text(v: int | torch.SymInt) -> str | None:
@@ -110,6 +113,25 @@ class SymbolicGeometry:
     def __call__(self, viewed: torch.Tensor) -> Geometry:
         """Sizes, strides and relative offset for the real ``viewed``."""
         return cast(Geometry, eval(_compiled(self.source), _NAMES, {"v": viewed}))
+
+
+def _solved(expr: sympy.Expr, name: sympy.Symbol) -> tuple[sympy.Symbol, sympy.Expr] | None:
+    """A symbol of the viewed tensor's geometry and its value in terms of the
+    ``name`` that geometry entry is read by: ``s`` itself, or ``(name - b) //
+    a`` where the entry is ``a*s + b`` (a batch flattened into a dim:
+    ``x.reshape(2, s, 32)`` of an input of ``2*s`` rows)."""
+    if isinstance(expr, sympy.Symbol):
+        return expr, name
+    if len(expr.free_symbols) != 1:
+        return None
+    (symbol,) = expr.free_symbols
+    poly = sympy.Poly(expr, symbol) if expr.is_polynomial(symbol) else None
+    if poly is None or poly.degree() != 1:
+        return None
+    a, b = poly.all_coeffs()
+    if not (a.is_Integer and b.is_Integer and a > 0):
+        return None
+    return symbol, FloorDiv(name - b, a)
 
 
 #: what the printer may write besides arithmetic (``Max``, ``Min``, ceil and floor)
