@@ -70,3 +70,39 @@ def test_a_reader_follows_only_the_last_writer_of_its_memory():
     readers = {aten.sin.default, aten.cos.default}
     after = memory_order(db, [w1, w2, read_x, read_new, w3], writer=lambda n: n.target not in readers)
     assert after == {w2: [w1], read_x: [w1], w3: [w2, read_x]}
+
+
+def test_memory_order_one_node_at_a_time_over_an_analysis_updated_in_place(trace):
+    """``MemoryOrder`` asked as each node is reached, with earlier nodes merged into
+    groups in between, answers what ``memory_order`` does over the original graph."""
+    import torch
+    from conveyor_alias_db import AliasDb, MemoryOrder, memory_order
+
+    def f(x, y):
+        a = x.sin()
+        x.add_(1)
+        b = y.cos() + a
+        y.mul_(b)
+        return a.exp(), x.relu(), b
+
+    t = trace(f, torch.randn(4), torch.randn(4))
+    body = [n for n in t.graph.nodes if n.op not in ("placeholder", "output")]
+    writer = lambda n: n.target in (torch.ops.aten.add_.Tensor, torch.ops.aten.mul_.Tensor)  # noqa: E731
+    expected = memory_order(AliasDb.from_graph(t.graph), body, writer=writer)
+    db = AliasDb.from_graph(t.graph)
+    order = MemoryOrder(db, writer=writer)
+    group = None
+    got = {}
+    for node in body:
+        edges = order.visit(node)
+        if edges:
+            got[node] = edges
+        if writer(node):
+            continue
+        try:
+            if group is None:
+                raise ValueError("no group yet")
+            db.merge_into_group(group, node)
+        except ValueError:
+            group = db.create_group(node)
+    assert got == expected

@@ -1,4 +1,4 @@
-"""Random merges (and moves) on random graphs with mutations: after every step
+"""Random merges (and moves, group merges and ungroupings) on random graphs with mutations: after every step
 the analysis updated in place equals a rebuild (the check is on), and at the
 end the rewritten graph computes what the original did, mutations of aliased
 inputs included."""
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 import torch
 import torch.fx
 from conveyor_alias_db import AliasDb, group_of
@@ -168,7 +169,23 @@ def test_random_merges_keep_the_analysis_and_the_results(program: Program, data:
         ]
         if not candidates:
             break
-        action = data.draw(st.sampled_from(["group", "merge", "move"]), label="action")
+        action = data.draw(st.sampled_from(["group", "merge", "move", "fold", "ungroup"]), label="action")
+        if action in ("fold", "ungroup") and groups:
+            group = data.draw(st.sampled_from(groups), label="group")
+            if action == "ungroup":
+                groups.remove(group)
+                db.ungroup(group)
+                continue
+            before = group.prev.args[0] if group.prev.target is operator.getitem else group.prev
+            other = data.draw(st.sampled_from(groups), label="other")
+            if other is not group and other is before:
+                db.merge_groups(group, other)
+                groups.remove(other)
+                event("folded")
+            elif other is not group:
+                with pytest.raises(ValueError, match="does not sit right before"):
+                    db.merge_groups(group, other)
+            continue
         if action == "move":
             node = data.draw(st.sampled_from(candidates), label="node")
             anchor = data.draw(st.sampled_from([n for n in gm.graph.nodes if n.op != "root"]), label="anchor")

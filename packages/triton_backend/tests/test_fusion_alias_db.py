@@ -1,6 +1,7 @@
-"""The fuser's alias model is ``AliasDb`` (Note [Fusion in the AliasDb]): the groups
-it decides are formed in its working copy by ``create_group`` /
-``merge_into_group``, and the analysis updated in place equals a rebuild.
+"""The fuser's alias model is ``AliasDb`` (Note [Fusion in the AliasDb]): each group
+is formed in its working copy by ``create_group`` / ``merge_into_group`` /
+``merge_groups`` as it is decided, and the analysis updated in place equals a
+rebuild.
 
 These tests run the fusion pass alone (no kernels): the working copy, with its
 ``FusedGroup`` nodes, runs as a plain FX graph, so it is checked against the
@@ -27,12 +28,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 
 def fuse(fn: Callable[..., Any], *args: torch.Tensor) -> tuple[torch.fx.GraphModule, Fuser]:
-    """``fn`` traced (functionalize off: writes stay), fused, and its groups recorded."""
+    """``fn`` traced (functionalize off: writes stay) and fused."""
     gm = make_fx(fn, tracing_mode="fake", decomposition_table=table())(*args)
     values = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
     classes = {n: classify(n) for n in gm.graph.nodes if n.op == "call_function"}
     fuser = Fuser(gm.graph, classes, input_aliasing(gm.graph, values))
-    fuser.record()
     return gm, fuser
 
 

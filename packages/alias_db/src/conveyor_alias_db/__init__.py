@@ -12,7 +12,7 @@ from conveyor_alias_db.debug import ENV_VAR, AliasDbMismatch
 from conveyor_alias_db.group import FusedGroup, group_of
 from conveyor_alias_db.inputs import input_aliasing
 from conveyor_alias_db.locations import RNG, WILDCARD, Effects, LocId, ValueFacts
-from conveyor_alias_db.ordering import memory_order
+from conveyor_alias_db.ordering import MemoryOrder, memory_order
 
 __all__ = [
     "ENV_VAR",
@@ -23,6 +23,7 @@ __all__ = [
     "Effects",
     "FusedGroup",
     "LocId",
+    "MemoryOrder",
     "ValueFacts",
     "__version__",
     "group_of",

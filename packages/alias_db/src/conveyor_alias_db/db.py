@@ -347,6 +347,29 @@ class AliasDb:
         grouping.merge_into_group(self, group, node)
         self._after_update()
 
+    def merge_groups(self, group: torch.fx.Node, other: torch.fx.Node) -> None:
+        """Move the inner nodes of the fusion group ``other``, which (with its
+        ``getitem`` nodes) sits right before ``group``, into ``group``; ``other`` is
+        erased (see ``conveyor_alias_db.grouping.merge_groups``)."""
+        grouping.merge_groups(self, group, other)
+        self._after_update()
+
+    def ungroup(self, group: torch.fx.Node) -> list[torch.fx.Node]:
+        """Undo the fusion group ``group``: its inner nodes return to the outer
+        graph in its place (see ``conveyor_alias_db.grouping.ungroup``); returns them."""
+        made = grouping.ungroup(self, group)
+        self._after_update()
+        return made
+
+    def effects_conflict(self, a: Effects, b: Effects) -> bool:
+        """Whether work with effects ``a`` and work with effects ``b`` may not swap
+        places: one writes what the other reads (``conflicts`` for sets of nodes,
+        with their effects joined by ``|``)."""
+        return not (
+            self.expand(a.writes).isdisjoint(self.expand(b.reads))
+            and self.expand(b.writes).isdisjoint(self.expand(a.reads))
+        )
+
     def verify(self) -> None:
         """Rebuild the analysis from scratch and raise ``AliasDbMismatch`` on any difference."""
         rebuilt = AliasDb.from_graph(self.graph, self.input_aliasing, verify_updates=False)

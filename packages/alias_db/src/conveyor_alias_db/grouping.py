@@ -10,7 +10,10 @@ in PR 42141's terms). The inner copy keeps the node's facts, the group's
 effects grow by the node's, and group outputs nobody reads any more are
 dropped. Nothing else in the graph changes, so the analysis of every other node
 stays valid: one merge costs O(number of the group's inputs and outputs plus
-the nodes between the node and the group), never O(graph).
+the nodes between the node and the group), never O(graph). Two groups become
+one (``merge_groups``) by ungrouping the earlier one in place (``ungroup``:
+its inner nodes return to the outer graph with their facts) and merging its
+nodes one by one, last first, so each is next to the group when it moves.
 """
 
 from __future__ import annotations
@@ -206,3 +209,49 @@ def _drop_unread_outputs(db: Analysis, group: torch.fx.Node, outputs: list[torch
             element.args = (group, len(kept))
         kept.append(value)
     outputs[:] = kept
+
+
+def ungroup(db: Analysis, group: torch.fx.Node) -> list[torch.fx.Node]:
+    """Put the inner nodes of ``group`` back in the outer graph in its place, in
+    their inner order, and erase the group node and its ``getitem`` nodes (each
+    use of an output is a use of the node that computes it); return the new
+    outer nodes. Each keeps its inner copy's facts, so nothing else changes."""
+    target = group_of(group)
+    if target is None:
+        raise ValueError(f"{group.name!r} is not a fusion group node")
+    graph = group.graph
+    outer: dict[torch.fx.Node, torch.fx.Node] = dict(zip(target.placeholders(), group.args, strict=True))  # type: ignore[arg-type]
+    made = []
+    with graph.inserting_before(group):
+        for inner in target.graph.nodes:
+            if inner.op in ("placeholder", "output"):
+                continue
+            node = graph.node_copy(inner, outer.__getitem__)
+            db.record(node, db.facts(inner))
+            outer[inner] = node
+            made.append(node)
+    outputs = target.outputs()
+    for element in list(group.users):
+        element.replace_all_uses_with(outer[outputs[_element_index(element)]])
+        graph.erase_node(element)
+        db.forget(element)
+    graph.erase_node(group)
+    db.forget(group)
+    for inner in target.graph.nodes:
+        db.forget(inner)
+    return made
+
+
+def merge_groups(db: Analysis, group: torch.fx.Node, other: torch.fx.Node) -> None:
+    """Move every inner node of the group ``other`` into ``group`` (Note [Merging
+    in place], one node at a time); ``ValueError`` unless ``other`` and its
+    ``getitem`` nodes sit right before ``group``."""
+    if group_of(group) is None or group_of(other) is None:
+        raise ValueError(f"{group.name!r} and {other.name!r} must both be fusion group nodes")
+    block_end = other
+    while block_end.next.target is operator.getitem and block_end.next.args[0] is other:
+        block_end = block_end.next
+    if block_end.next is not group:
+        raise ValueError(f"group {other.name!r} does not sit right before {group.name!r}")
+    for node in reversed(ungroup(db, other)):  # the last first: each is then next to the group
+        merge_into_group(db, group, node)

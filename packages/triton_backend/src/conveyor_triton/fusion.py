@@ -36,16 +36,21 @@ disabled) runs each writing node as an aten call, and every pair of a writer
 and a node that conflicts with it in memory (one writes what the other reads
 or writes) keeps its program order in the step graph: a conflicting node
 before the writer runs before it, one after runs after it. The fuser's
-``AliasDb`` (``conveyor_triton.record``) answers which nodes conflict, as
-edges whose transitive closure orders every such pair
-(``conveyor_alias_db.memory_order``, Note [Memory order edges]); writers keep
+``AliasDb`` (``conveyor_triton.record``), updated in place by the merges made
+so far, answers as the fuser reaches each node which earlier nodes it
+conflicts with, as edges whose transitive closure orders every such pair
+(``conveyor_alias_db.MemoryOrder``, Note [Memory order edges]); writers keep
 their order among themselves, and views and aten calls count as conflicting
-with every writer (a writer may change the metadata they read). A kernel may
-then hold nodes from both sides of a write that does not touch their memory,
-and never one that does, because that would be a cycle.
+with every writer (a writer may change the metadata they read, which the
+analysis does not model). A kernel may then hold nodes from both sides of a
+write that does not touch their memory, and never one that does, because that
+would be a cycle. Each merge is made in the analysis at once, and the analysis
+may refuse one that would move work past work it conflicts with
+(Note [Fusion in the AliasDb]).
 
-The step graph (``conveyor_triton.steps``) owns the dependencies and answers
-the cycle questions in time proportional to the steps between the two ends
+The step graph (``conveyor_triton.steps``) keeps the dependencies, those edges
+included, because a cycle can run through steps far from both ends, which no
+question about the two ends answers; it answers the cycle questions in time proportional to the steps between the two ends
 (Note [Step ranks]); the groups a node may join are found through indexes of
 the values groups read and of the rows reducing groups reduce, never by a
 scan of every group, so the pass is linear in the graph for graphs made of
@@ -84,8 +89,8 @@ CANDIDATES = 32
 class Fuser:
     """Forms fusion groups over a decomposed graph, in one pass in graph order.
 
-    :ivar working: the fuser's working copy of the graph and its ``AliasDb``;
-        ``record()`` forms the groups there once they are decided.
+    :ivar working: the fuser's working copy of the graph and its ``AliasDb``,
+        where each group is formed as it is decided (Note [Fusion in the AliasDb]).
     """
 
     def __init__(
@@ -93,9 +98,13 @@ class Fuser:
         graph: torch.fx.Graph,
         classes: dict[torch.fx.Node, NodeClass],
         input_aliasing: Sequence[Sequence[torch.fx.Node]] | None = None,
+        *,
+        rebuild: bool = False,
     ) -> None:
         """:param input_aliasing: groups of placeholders that may alias (the others
-        alias nothing); None: any input may alias any other."""
+        alias nothing); None: any input may alias any other.
+        :param rebuild: analyse the working copy again after every merge instead of
+            updating its analysis in place (for ``benchmarks/fusion_scaling.py``)."""
         self.classes = classes
         self.graph = StepGraph()
         self.step_of: dict[torch.fx.Node, int] = {}
@@ -103,16 +112,19 @@ class Fuser:
         self.position: dict[torch.fx.Node, int] = {n: i for i, n in enumerate(graph.nodes)}
         self._readers: dict[torch.fx.Node, list[Group]] = {}  # value -> groups that read it (lazy: check reads)
         self._reducing: dict[tuple[object, ...], list[Group]] = {}  # Group.domain() -> reducing groups, by step
-        self.working = Working(graph, input_aliasing)
-        body = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
-        self._after = self.working.memory_order(body, writer=self._writes, barrier=self._barrier)
+        self.working = Working(
+            graph, input_aliasing, writer=self._writes, barrier=self._barrier, deps=self.graph.deps, rebuild=rebuild
+        )
+        self._after: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # node -> earlier nodes it follows in memory
         for position, node in enumerate(graph.nodes):
             cls = classes.get(node)
             if node.op == "output":
                 continue
             if node.op == "placeholder":
                 self._new_step("input", node, position)
-            elif node.op != "call_function" or cast(NodeClass, cls).writes:
+                continue
+            self._after[node] = self.working.visit(node)
+            if node.op != "call_function" or cast(NodeClass, cls).writes:
                 self._new_step("aten", node, position)
             elif cast(NodeClass, cls).category == "pointwise":  # classes cover every call_function node
                 self._pointwise(node, position)
@@ -132,9 +144,9 @@ class Fuser:
         """Steps in program order as far as data and memory order (Note [Write order]) allow."""
         return self.graph.order()
 
-    def record(self) -> dict[int, torch.fx.Node]:
-        """Form the groups in the working copy through its ``AliasDb``; the group node of each group step."""
-        return self.working.record(self.steps, self.order())
+    def group_nodes(self) -> dict[int, torch.fx.Node]:
+        """The group node in the working copy of each group step that has members."""
+        return self.working.group_nodes()
 
     # -- memory order (Note [Write order]) ------------------------------------
     def _writes(self, node: torch.fx.Node) -> bool:
@@ -146,7 +158,8 @@ class Fuser:
         return cls is None or cls.category not in ("pointwise", "reduction")  # views, aten calls, get_attr
 
     def _order(self, node: torch.fx.Node) -> set[int]:
-        """Steps ``node`` must run after besides its data (Note [Write order])."""
+        """Steps ``node`` must run after besides its data (Note [Write order]): those
+        of the earlier nodes the ``AliasDb`` named when ``node`` was reached."""
         return {self.step_of[n] for n in self._after.get(node, ())}
 
     # -- steps and groups ------------------------------------------------------
@@ -155,6 +168,8 @@ class Fuser:
         step = Step(kind, node if group is None else None, group, position)  # type: ignore[arg-type]
         index = self.graph.add(step, deps)
         self.step_of[node] = index
+        if group is None:
+            self.working.place(node, index)
         return index
 
     def _outside(self, node: torch.fx.Node, group: Group) -> set[int]:
@@ -168,6 +183,8 @@ class Fuser:
         outside = self._outside(node, group)
         if (ancestors or self.graph.ancestors(outside)).include(group.step):
             return False
+        if not self.working.join(node, group.step):
+            return False  # it would move past work it conflicts with in memory
         group.members[node] = kind
         self.read(group, [a for a in node.all_input_nodes if a not in group.members])
         self.graph.depend(group.step, outside)
@@ -178,6 +195,7 @@ class Fuser:
     def _new_group(self, node: torch.fx.Node, kind: Kind, position: int, numel: int) -> Group:
         group = Group(step=len(self.graph), numel=numel)
         self._new_step("group", node, position, group)
+        self.working.create_group(node, group.step)
         group.members[node] = kind
         self.read(group, node.all_input_nodes)
         self.group_of[node] = group
@@ -193,6 +211,11 @@ class Fuser:
     def reducing(self, group: Group) -> None:
         """Record that ``group`` now has a reduction (its ``domain()`` is set once, for good)."""
         bisect.insort(self._reducing.setdefault(cast(tuple, group.domain()), []), group, key=lambda g: g.step)
+
+    def fold(self, other: Group, group: Group) -> bool:
+        """Merge ``other`` into ``group`` in the working copy if its ``AliasDb``
+        lets them meet (the caller checked the step graph); return whether it did."""
+        return self.working.fold(group.step, other.step)
 
     def move(self, node: torch.fx.Node, group: Group) -> None:
         """Record that ``node`` now belongs to ``group``."""
@@ -314,6 +337,8 @@ class Fuser:
                 continue
             if self.graph.users(alone.step) - {group.step}:
                 continue  # a writer must run after it (Note [Write order])
+            if not self.fold(alone, group):
+                continue
             self.graph.contract(group.step, alone.step)
             alone.members.clear()
             alone.reads.clear()

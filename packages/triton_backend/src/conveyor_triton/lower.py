@@ -95,8 +95,7 @@ def lower(
     classes: dict[torch.fx.Node, NodeClass] = {
         n: classify(n) for n in graph.nodes if n.op == "call_function"
     }
-    fuser = Fuser(graph, classes, input_aliasing)
-    fuser.record()
+    fuser = Fuser(graph, classes, input_aliasing)  # its AliasDb is updated in place at every merge
     output_node = next(n for n in graph.nodes if n.op == "output")
     outputs = list(output_node.args[0]) if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
     output_meta: dict[torch.fx.Node, Any] = {}

@@ -10,7 +10,9 @@ both. When that node joins one of them, the other one merges in if
   one only if all its members have that group's shape and none is a view);
 * every read between their members is legal in place in the merged group
   (Note [Linear index]), which values read from memory before never had to be;
-* no third step lies on a path between them (that would be a cycle).
+* no third step lies on a path between them (that would be a cycle);
+* the working copy's ``AliasDb`` lets them meet, and merges them in place
+  (``Fuser.fold``, Note [Fusion in the AliasDb] in ``conveyor_triton.record``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Fusing(Protocol):
     ) -> bool: ...
     def read(self, group: Group, values: Iterable[torch.fx.Node]) -> None: ...
     def reducing(self, group: Group) -> None: ...
+    def fold(self, other: Group, group: Group) -> bool: ...
     def move(self, node: torch.fx.Node, group: Group) -> None: ...
 
 
@@ -88,6 +91,8 @@ def merge(fuser: Fusing, other: Group, group: Group) -> bool:
                   perm=keep.perm, shape=keep.shape, reduced=keep.reduced)  # fmt: skip
     if not _reads_ok(fuser, probe, members, set(other.members)):
         return False
+    if not fuser.fold(other, group):
+        return False  # the working copy's AliasDb refuses (Note [Fusion in the AliasDb])
     was_reducing = group.reduce is not None
     group.members = members
     group.reduce, group.rows, group.perm, group.shape, group.reduced = (

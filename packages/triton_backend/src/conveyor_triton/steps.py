@@ -22,6 +22,12 @@ order does (ACM JEA 2006): the new dependency's ancestors above the group move
 below the group's descendants under it, in the same ranks. Each update and
 each search costs the number of steps between the two ends, not the size of
 the graph.
+
+The memory order edges come from the fuser's ``AliasDb`` as each node is
+reached; the step graph keeps them only because a cycle may pass through them
+(Note [Fusion in the AliasDb] in ``conveyor_triton.record``: the analysis
+answers whether work may move past work, the step graph whether a merge closes
+a cycle).
 """
 
 from __future__ import annotations
