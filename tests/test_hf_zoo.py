@@ -14,8 +14,9 @@ out]), and ``generate()``. Every dropout probability is 0. The default run
 from __future__ import annotations
 
 import copy
-import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import conveyor
@@ -23,20 +24,11 @@ import pytest
 import torch
 import transformers
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+from hf_harness import TOL, no_dropout  # noqa: E402
+
 transformers.logging.set_verbosity_error()
-
-TOL = {"atol": 2e-5, "rtol": 2e-4}
 slow = pytest.mark.slow
-
-
-def _no_dropout(config: Any) -> Any:
-    for name in list(vars(config)):
-        if "dropout" in name or "pdrop" in name or "layerdrop" in name or name.startswith("mask_") and name.endswith("_prob"):
-            value = getattr(config, name)
-            if isinstance(value, float):
-                setattr(config, name, 0.0)
-    return config
 
 
 def _llama(attn: str) -> Callable[[], Any]:
@@ -46,7 +38,7 @@ def _llama(attn: str) -> Callable[[], Any]:
             num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0, eos_token_id=1, bos_token_id=2,
         )
         config._attn_implementation = attn
-        return transformers.LlamaForCausalLM(_no_dropout(config))
+        return transformers.LlamaForCausalLM(no_dropout(config))
 
     return build
 
@@ -54,7 +46,7 @@ def _llama(attn: str) -> Callable[[], Any]:
 def _gpt2() -> Any:
     config = transformers.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=128, pad_token_id=0, eos_token_id=1)
     config._attn_implementation = "eager"
-    return transformers.GPT2LMHeadModel(_no_dropout(config))
+    return transformers.GPT2LMHeadModel(no_dropout(config))
 
 
 def _bert() -> Any:
@@ -62,7 +54,7 @@ def _bert() -> Any:
         vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
         max_position_embeddings=64,
     )
-    return transformers.BertForMaskedLM(_no_dropout(config))
+    return transformers.BertForMaskedLM(no_dropout(config))
 
 
 def _t5() -> Any:
@@ -70,7 +62,7 @@ def _t5() -> Any:
         vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
         decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
     )
-    return transformers.T5ForConditionalGeneration(_no_dropout(config))
+    return transformers.T5ForConditionalGeneration(no_dropout(config))
 
 
 def _vit() -> Any:
@@ -78,7 +70,7 @@ def _vit() -> Any:
         image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, num_labels=5,
     )
-    return transformers.ViTForImageClassification(_no_dropout(config))
+    return transformers.ViTForImageClassification(no_dropout(config))
 
 
 def _wav2vec2() -> Any:
@@ -87,7 +79,7 @@ def _wav2vec2() -> Any:
         conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
         num_conv_pos_embedding_groups=4, do_stable_layer_norm=True, feat_extract_norm="layer",
     )
-    return transformers.Wav2Vec2ForCTC(_no_dropout(config))
+    return transformers.Wav2Vec2ForCTC(no_dropout(config))
 
 
 def _ids(*shape: int, high: int = 96) -> torch.Tensor:

@@ -1,0 +1,66 @@
+"""What the Hugging Face model tests share: configs without dropout, the
+tolerances, and a few training steps compared with an eager copy."""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TOL = {"atol": 2e-5, "rtol": 2e-4}
+
+
+def no_dropout(config: Any) -> Any:
+    """``config`` with every dropout probability 0: compiled and eager draw differently."""
+    for name in list(vars(config)):
+        if "dropout" in name or "pdrop" in name or "layerdrop" in name or name.startswith("mask_") and name.endswith("_prob"):
+            value = getattr(config, name)
+            if isinstance(value, float):
+                setattr(config, name, 0.0)
+    return config
+
+
+def train_like_eager(
+    model: torch.nn.Module,
+    compile: Callable[[torch.nn.Module], Any],
+    inputs: Callable[[int], dict[str, Any]],
+    steps: int = 3,
+) -> None:
+    """``steps`` AdamW steps of ``model`` compiled and of an eager copy, on
+    ``inputs(step)``: the losses, every gradient and every buffer (BatchNorm's
+    running statistics) after each step are the same, and nothing runs
+    eagerly in conveyor's place."""
+    model.train()
+    ref = copy.deepcopy(model)
+    compiled = compile(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ref_params = [p for p in ref.parameters() if p.requires_grad]
+    opt, ref_opt = torch.optim.AdamW(params, lr=1e-3), torch.optim.AdamW(ref_params, lr=1e-3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(steps):
+            kwargs = inputs(step)
+            losses = []
+            for m, o in ((compiled, opt), (ref, ref_opt)):
+                o.zero_grad()
+                loss = m(**kwargs).loss
+                loss.backward()
+                losses.append(loss.detach())
+            torch.testing.assert_close(losses[0], losses[1], **TOL)
+            for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+                if q.grad is None:
+                    assert p.grad is None, name
+                    continue
+                torch.testing.assert_close(p.grad, q.grad, **TOL, msg=lambda m, name=name, step=step: f"step {step}, {name}: {m}")
+            for (name, b), c in zip(model.named_buffers(), ref.buffers(), strict=True):
+                torch.testing.assert_close(b, c, **TOL, msg=lambda m, name=name, step=step: f"step {step}, buffer {name}: {m}")
+            opt.step()
+            ref_opt.step()
+    eager = [str(w.message) for w in caught if "eagerly" in str(w.message) or "static sizes" in str(w.message)]
+    assert not eager, eager
