@@ -8,10 +8,11 @@ Each sample ends in one of:
 * ``right``: compiled, and matched eager (for ``triton``, nodes the backend
   does not lower ran as aten calls; those are in its report, not counted
   here as fallbacks);
-* ``fallback``: a documented fallback: the program ran eagerly with
-  conveyor's warning ("conveyor: running ... eagerly: <cause>"), or conveyor
-  refused it with its documented error for data-dependent programs
-  (``CaptureError``: use ``torch.compile(backend="conveyor")``);
+* ``fallback``: a documented fallback: the program (or a graph dynamo made
+  of it, where conveyor compiled a data-dependent program through dynamo:
+  core Note [Programs only dynamo can split]) ran eagerly with conveyor's
+  warning ("conveyor: running ... eagerly: <cause>"), or conveyor refused it
+  with a documented ``CaptureError``;
 * ``deviation``: a documented deviation from eager where eager's own result
   is demonstrably wrong (:data:`DEVIATIONS`): the values match eager's and
   the compiled gradient passes ``torch.autograd.gradcheck`` (in float64),

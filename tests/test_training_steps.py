@@ -6,8 +6,10 @@ state, and never a FakeTensor left in a user's object.
 Behind dynamo the step compiles (the optimizer's graph holds the parameters
 as attributes: core Note [Tensors a dynamo graph holds]). Standalone, the
 optimizer's state is state the program writes without taking it as an
-argument: the step runs eagerly with one warning (core Note [State a program
-reaches]), and nothing a trace touched is left changed.
+argument (core Note [State a program reaches]): one graph cannot hold the
+step, so ``conveyor.compile`` compiles it through dynamo, with one warning
+(core Note [Programs only dynamo can split]), and nothing its trace touched
+is left changed.
 """
 
 from __future__ import annotations
@@ -78,10 +80,13 @@ def test_a_whole_training_step_matches_eager(entry: str, opt_name: str) -> None:
         for k in state:
             torch.testing.assert_close(state[k], ref_state[k], msg=lambda m, k=k: f"optimizer state {k}: {m}")
     eager = [str(w.message) for w in caught if "eagerly" in str(w.message)]
+    assert not eager, eager
+    split = [str(w.message) for w in caught if "through dynamo" in str(w.message)]
     if entry == "conveyor":
-        assert eager and "opt.state" in eager[0] and len(eager) == 1, eager
+        assert len(split) == 1 and "opt.state" in split[0], split
+        assert compiled.last.backend == "dynamo (split)"
     else:
-        assert not eager, eager
+        assert not split, split
     # plain eager training afterwards works on the same objects
     step(torch.randn(4, 8), torch.randn(4, 1))
     _no_fakes(model, opt)
@@ -97,7 +102,7 @@ def test_a_scheduler_step_inside_the_program_is_watched() -> None:
         sched.step()
         return loss
 
-    with pytest.warns(UserWarning, match="eagerly"):
+    with pytest.warns(UserWarning, match="through dynamo"):
         conveyor.compile(with_schedule)(torch.randn(4, 8), torch.randn(4, 1))
     assert sched.state_dict()["last_epoch"] == ref["last_epoch"] + 1  # once, by the eager run
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)

@@ -105,14 +105,20 @@ def test_unhashable_constant_is_a_clear_error():
         conveyor.compile(lambda x, o: x + 1)(torch.ones(1), Opaque())
 
 
-def test_data_dependent_control_flow_points_to_torch_compile():
+def test_data_dependent_control_flow_compiles_through_dynamo():
+    """Core Note [Programs only dynamo can split]: one warning, then each
+    branch as eager takes it."""
+
     def f(x):
         if x.sum() > 0:
             return x + 1
         return x - 1
 
-    with pytest.raises(CaptureError, match=r"torch.compile\(fn, backend='conveyor'\)"):
-        conveyor.compile(f)(torch.ones(3))
+    compiled = conveyor.compile(f)
+    with pytest.warns(UserWarning, match="through dynamo.*local_scalar_dense"):
+        torch.testing.assert_close(compiled(torch.ones(3)), f(torch.ones(3)))
+    torch.testing.assert_close(compiled(-torch.ones(3)), f(-torch.ones(3)))
+    assert compiled.last.backend == "dynamo (split)" and compiled.compiles == 1
 
 
 def test_stage_failure_names_the_stage():

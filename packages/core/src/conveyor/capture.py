@@ -249,7 +249,7 @@ def capture(
                 installed.restore()
             changed = watch.restore()
             if changed:
-                raise StateWatch.refuse(changed)
+                raise watch.refuse(changed)
 
     graph, closure = trace_closing_over(lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fake_inputs, fake_mode)
     return graph, closure, CallLayout(

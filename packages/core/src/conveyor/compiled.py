@@ -2,6 +2,22 @@
 
 On each call: flatten the arguments, build the cache key, run the cached
 compiled callable or capture and compile a new one.
+
+Note [Programs only dynamo can split]: ``conveyor.compile`` captures a
+program as one graph. Two kinds of program cannot be one graph but are
+common, and dynamo splits them into graphs with Python between:
+
+* control flow that depends on values (``for e in mask.nonzero()``: Mixtral's
+  eager experts), which capture meets as a :class:`DataDependentError`;
+* a whole training step, ``loss.backward()`` then ``opt.step()``: the
+  optimizer's and the scheduler's state is written outside any argument
+  (Note [State a program reaches]; :class:`~conveyor.fallback.DynamoSplits`).
+
+Such a specialization is compiled through ``torch.compile`` with this
+object's own pipeline (``conveyor.dynamo.backend``), with one warning that
+says so and why: what dynamo cannot put in a graph runs in Python, and
+conveyor compiles every graph it makes. Every other program a capture
+refuses runs eagerly, with a warning (``EagerFallback``).
 """
 
 from __future__ import annotations
@@ -17,12 +33,12 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.hooks import RemovableHandle
 
-from conveyor import cache, dynamic_shapes
+from conveyor import cache, dynamic_shapes, dynamo
 from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.entry_guard import EntryGuard
-from conveyor.errors import CaptureError
-from conveyor.fallback import EagerFallback, warn_eager, watching_capture
+from conveyor.errors import CaptureError, DataDependentError
+from conveyor.fallback import DynamoSplits, EagerFallback, warn_eager, watching_capture
 from conveyor.objects import ObjectArgs, walk_args
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins
@@ -42,10 +58,12 @@ class Entry:
     backend: str
     #: tensors the program closes over, passed after the flat arguments
     closure: tuple[torch.Tensor, ...] = ()
-    #: run the original program instead (Note [Custom autograd functions])
+    #: run ``run`` (the original program, or dynamo's compile of it) instead
     eager: bool = False
     #: the size relations a symbolic entry assumed (Note [Automatic dynamic shapes])
     guards: dynamic_shapes.Guards | None = None
+    #: what runs in place of a compiled program, when ``eager`` (the original, if ``None``)
+    run: Callable[..., Any] | None = None
 
 
 class Compiled:
@@ -72,6 +90,7 @@ class Compiled:
         self._guards: dict[Hashable, list[EntryGuard]] = {}
         self._epoch: tuple[int, int] = (-1, -1)  # the module state's version and the hook counter they hold for
         self._keyed = tuple(s.cache_key for s in self.pipeline.stages if s.cache_key is not None)
+        self._split: Callable[..., Any] | None = None  # Note [Programs only dynamo can split]
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -131,7 +150,7 @@ class Compiled:
                 del guards[_GUARDS:]
         self.last = entry
         if entry.eager:
-            return self.fn(*args, **kwargs)
+            return (self.fn if entry.run is None else entry.run)(*args, **kwargs)
         outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
         return entry.layout.unflatten_outputs(outs, objects.containers if objects is not None else ())
 
@@ -263,6 +282,13 @@ class Compiled:
         try:
             with watching_capture():
                 graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, objects)
+        except (DynamoSplits, DataDependentError) as exc:  # Note [Programs only dynamo can split]
+            warnings.warn(
+                f"conveyor: compiling {self._name()} through dynamo, which splits it where one graph cannot hold "
+                f"it: {str(exc).splitlines()[0]}",
+                stacklevel=5,
+            )
+            return Entry(_no_compiled, layout, (), "dynamo (split)", eager=True, run=self._through_dynamo())
         except EagerFallback as exc:
             warn_eager(self._name(), str(exc))
             return Entry(_no_compiled, layout, (), "eager (fallback)", eager=True)
@@ -270,6 +296,12 @@ class Compiled:
         compiled, graphs = compile_program(pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
         guards = dynamic_shapes.Guards.of(fake_mode, fakes) if dims else None
         return Entry(compiled, layout, graphs, pipeline.backend.name, closure, guards=guards)
+
+    def _through_dynamo(self) -> Callable[..., Any]:
+        """The program compiled by dynamo with this pipeline, made once."""
+        if self._split is None:
+            self._split = torch.compile(self.fn, backend=dynamo.backend(self.pipeline))
+        return self._split
 
     def _pipeline_for(self, flat: Sequence[Any]) -> Pipeline:
         """The configured pipeline; with no backend configured, the backend

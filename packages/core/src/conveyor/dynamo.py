@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
@@ -31,6 +31,7 @@ from conveyor import cache, dynamo_graphs, functions, subclasses
 from conveyor.capture import trace_user
 from conveyor.closure import trace_closing_over
 from conveyor.config import resolve
+from conveyor.errors import DataDependentError
 from conveyor.fallback import EagerFallback, warn_eager, watching_capture
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn
@@ -102,8 +103,10 @@ class DynamoCompiled:
                 graph, closure = trace_closing_over(
                     lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fakes, fake_mode
                 )
-        except EagerFallback as exc:
-            warn_eager("a dynamo graph", str(exc))
+        except (EagerFallback, DataDependentError) as exc:
+            # a graph dynamo made can still need a value its trace cannot know (``narrow``
+            # given a tensor start reads it inside the op): dynamo split what it could
+            warn_eager("a dynamo graph", str(exc).splitlines()[0])
             return None
         if not closure:
             return compile_program(self.pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
@@ -215,5 +218,15 @@ def conveyor_backend(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None
 ) -> DynamoCompiled:
     """The dynamo backend function (``torch._dynamo.list_backends()`` lists it)."""
-    devices = frozenset(x.device.type for x in example_inputs if isinstance(x, torch.Tensor))
-    return DynamoCompiled(gm, example_inputs, Pipeline(resolve(options or {})).for_devices(devices))
+    return backend(Pipeline(resolve(options or {})))(gm, example_inputs)
+
+
+def backend(pipeline: Pipeline) -> Callable[[torch.fx.GraphModule, Sequence[Any]], DynamoCompiled]:
+    """A dynamo backend that compiles each graph with ``pipeline`` (its
+    default backend picked by the graph's devices)."""
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> DynamoCompiled:
+        devices = frozenset(x.device.type for x in example_inputs if isinstance(x, torch.Tensor))
+        return DynamoCompiled(gm, example_inputs, pipeline.for_devices(devices))
+
+    return compile_graph

@@ -47,6 +47,13 @@ class EagerFallback(ConveyorError):
     """Raised inside a capture that must not go on; the caller runs eagerly."""
 
 
+class DynamoSplits(EagerFallback):
+    """Raised inside a standalone capture of a program that dynamo can split
+    where one graph cannot hold it; ``conveyor.compile`` compiles it through
+    dynamo instead (Note [Programs only dynamo can split] in
+    ``conveyor.compiled``). Elsewhere it is an eager fallback."""
+
+
 def warn_eager(what: str, reason: str) -> None:
     warnings.warn(f"conveyor: running {what} eagerly: {reason}", stacklevel=3)
 

@@ -34,7 +34,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.nn.modules import module as _module
 
-from conveyor.fallback import EagerFallback
+from conveyor.fallback import DynamoSplits, EagerFallback
 from conveyor.objects import HINT, is_object
 
 _LIMIT = 2000  # containers walked at most (the watch is a safety net, not a deep copy)
@@ -179,6 +179,9 @@ class StateWatch:
         self.mirrors: list[tuple[torch.nn.Module, dict[str, Any]]] = []
         self.saved: list[tuple[str, Any, list[tuple[Any, dict[Any, Any] | list[Any]]]]] = []
         seen: set[int] = set()
+        #: which of ``saved`` hold an optimizer's or a scheduler's state, and whether the program wrote one
+        self.training: set[int] = set()
+        self.wrote_training_state = False
         self.globals: list[tuple[dict[str, Any], str, str, Any]] = []
         self.cells: list[tuple[types.CellType, str, Any]] = []
         roots = _roots(fn, module)
@@ -233,12 +236,15 @@ class StateWatch:
                 # torch's objects are not watched, but an optimizer's or a scheduler's state is the
                 # program's: a step would leave fakes in it (momentum buffers, step counts)
                 seen.add(id(v))
+                self.training.add(len(self.saved))
                 self.saved.append((where, v, [(vars(v), dict(vars(v)))]))
                 state = getattr(v, "state", None)
                 if isinstance(state, dict):
+                    self.training.add(len(self.saved))
                     self.saved.append((f"{where}.state", state, [(state, dict(state))]))
                     for k, per_param in state.items():
                         if type(per_param) is dict:
+                            self.training.add(len(self.saved))
                             self.saved.append(
                                 (f"{where}.state[{type(k).__name__}]", per_param, [(per_param, dict(per_param))])
                             )
@@ -268,7 +274,7 @@ class StateWatch:
                     del cell.cell_contents
                 else:
                     cell.cell_contents = value
-        for where, _, parts in self.saved:
+        for index, (where, _, parts) in enumerate(self.saved):
             for now, saved in parts:
                 if isinstance(now, list):
                     assert isinstance(saved, list)
@@ -279,6 +285,7 @@ class StateWatch:
                 assert isinstance(saved, dict)
                 diff = [k for k in set(saved) | set(now) if not _same(saved.get(k, _MISSING), now.get(k, _MISSING))]
                 if diff:
+                    self.wrote_training_state |= index in self.training
                     changed += [
                         f"{where}.{k}" if isinstance(k, str) else f"{where}[{type(k).__name__}]"
                         for k in sorted(diff, key=str)
@@ -287,10 +294,14 @@ class StateWatch:
                     now.update(saved)
         return changed
 
-    @staticmethod
-    def refuse(changed: list[str]) -> EagerFallback:
+    def refuse(self, changed: list[str]) -> EagerFallback:
+        """Why the program cannot be one graph: it wrote ``changed`` (after
+        :meth:`restore`). A training step, which writes an optimizer's or a
+        scheduler's state, is one dynamo can split (Note [Programs only
+        dynamo can split] in ``conveyor.compiled``)."""
         changed = list(dict.fromkeys(changed))
-        return EagerFallback(
+        kind = DynamoSplits if self.wrote_training_state else EagerFallback
+        return kind(
             f"it writes to {changed[:5]}{' ...' if len(changed) > 5 else ''}, state it does not take as an "
             f"argument, which a captured graph cannot replay (Note [State a program reaches]); {HINT}"
         )
