@@ -8,10 +8,11 @@ of it, a view / permute / reshape round trip, and a residual add. Each block
 has its own weights and buffer; the mask is shared, as an attention mask is.
 
 The fusion pass is what ``conveyor_triton.lower`` runs before code generation:
-the fuser copies the graph and analyses the copy with ``AliasDb``, decides the
-groups (memory order from the analysis, cycle checks on its step graph), and
-records them in the copy through ``AliasDb.create_group`` /
-``merge_into_group`` (Note [Fusion in the AliasDb]). It runs with the debug
+the fuser copies the graph and analyses the copy with ``AliasDb``, and
+decides the groups (memory order and conflicts from the analysis, cycle
+checks on its step graph), forming each in the copy as it decides it through
+``AliasDb.create_group`` / ``merge_into_group`` / ``merge_groups`` (Note
+[Fusion in the AliasDb]). It runs with the debug
 rebuild-check (``CONVEYOR_ALIAS_DB_VERIFY``) off. The *rebuild every merge*
 variant makes the same merges but analyses the whole copy again after each
 one, as a fuser without PR 42141's in-place update would; it runs only where
@@ -87,18 +88,16 @@ def generate(n_nodes: int) -> torch.fx.Graph:
     return graph
 
 
-def fusion_pass(graph: torch.fx.Graph, rebuild: bool = False) -> tuple[Fuser, float, float, int]:
-    """Run the fusion pass; return the fuser, the seconds to decide and to record, and the merges."""
+def fusion_pass(graph: torch.fx.Graph, rebuild: bool = False) -> tuple[Fuser, float, int]:
+    """Run the fusion pass; return the fuser, its seconds, and the merges."""
     values = [n.meta["val"] for n in graph.nodes if n.op == "placeholder"]
     start = time.perf_counter()
     classes = {n: classify(n) for n in graph.nodes if n.op == "call_function"}
-    fuser = Fuser(graph, classes, input_aliasing(graph, values))
-    order = fuser.order()
-    decided = time.perf_counter()
-    fuser.working.record(fuser.steps, order, rebuild=rebuild)
-    recorded = time.perf_counter()
+    fuser = Fuser(graph, classes, input_aliasing(graph, values), rebuild=rebuild)
+    fuser.order()
+    seconds = time.perf_counter() - start
     merges = sum(len(s.group.members) - 1 for s in fuser.steps if s.group is not None and s.group.members)
-    return fuser, decided - start, recorded - decided, merges
+    return fuser, seconds, merges
 
 
 def main() -> None:
@@ -113,7 +112,7 @@ def main() -> None:
     fusion_pass(generate(200))  # warm the per-op caches
     collector = "on" if args.gc else "off while timing"
     print(f"torch {torch.__version__}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, rebuild-check off, gc {collector}")
-    header = f"{'nodes':>7} {'groups':>6} {'merges':>7} {'decide (s)':>10} {'record (s)':>10} {'total (s)':>9}"
+    header = f"{'nodes':>7} {'groups':>6} {'merges':>7} {'fusion (s)':>10}"
     print(f"{header} {'rebuild every merge (s)':>24}")
     totals: dict[int, float] = {}
     for size in args.sizes:
@@ -121,9 +120,9 @@ def main() -> None:
         nodes = len(graph.nodes)
         gc.collect()
         quiet()
-        fuser, decide, record, merges = fusion_pass(graph)
+        fuser, seconds, merges = fusion_pass(graph)
         gc.enable()
-        totals[nodes] = decide + record
+        totals[nodes] = seconds
         groups = sum(1 for s in fuser.steps if s.group is not None and s.group.members)
         if size == min(args.sizes):
             fuser.working.alias_db.verify()  # the analysis updated in place equals a rebuild
@@ -136,13 +135,10 @@ def main() -> None:
             graph = generate(size)
             gc.collect()
             quiet()
-            _, decide_again, record_again, _ = fusion_pass(graph, rebuild=True)
+            _, again, _ = fusion_pass(graph, rebuild=True)
             gc.enable()
-            rebuilt = f"{decide_again + record_again:.2f}"
-        print(
-            f"{nodes:>7} {groups:>6} {merges:>7} {decide:>10.2f} {record:>10.2f} {decide + record:>9.2f} {rebuilt:>24}",
-            flush=True,
-        )
+            rebuilt = f"{again:.2f}"
+        print(f"{nodes:>7} {groups:>6} {merges:>7} {seconds:>10.2f} {rebuilt:>24}", flush=True)
     sizes = sorted(totals)
     for small, big in zip(sizes, sizes[1:], strict=False):
         print(f"fusion pass {big}/{small} nodes: {totals[big] / totals[small]:.2f}x time for {big / small:.1f}x nodes")
@@ -156,9 +152,9 @@ def main() -> None:
             graph = generate(size)
             gc.collect()
             quiet()
-            _, decide, record, merges = fusion_pass(graph, rebuild=rebuild)
+            _, seconds, merges = fusion_pass(graph, rebuild=rebuild)
             gc.enable()
-            times.append(decide + record)
+            times.append(seconds)
         nodes = len(graph.nodes)
         rebuilt_times[nodes] = times[1]
         print(f"{nodes:>7} {merges:>7} {times[0]:>12.2f} {times[1]:>11.2f} {times[1] / times[0]:>6.0f}x", flush=True)

@@ -39,8 +39,6 @@ import torch.fx
 from conveyor_alias_db import AliasDb, MemoryOrder
 from conveyor_alias_db.locations import NO_EFFECTS, Effects
 
-from conveyor_triton.steps import Step
-
 Deps = Callable[[int], frozenset[int]]
 
 
@@ -122,14 +120,6 @@ class Working:
     def group_nodes(self) -> dict[int, torch.fx.Node]:
         """The group node of each group step that still has members."""
         return dict(self._group_node)
-
-    def record(self, steps: Sequence[Step], order: Sequence[int], *, rebuild: bool = False) -> dict[int, torch.fx.Node]:
-        """The group node of each group step: the groups are formed as the fuser
-        decides them, so nothing is left to record (kept for callers of the
-        replay this replaced; ``rebuild``: build the fuser with ``rebuild=True``)."""
-        if rebuild:
-            raise ValueError("the groups are formed as they are decided: build the Fuser with rebuild=True")
-        return self.group_nodes()
 
     # -- moving work next to a group -------------------------------------------
     def _gather(self, early: torch.fx.Node, late: list[torch.fx.Node]) -> bool:
