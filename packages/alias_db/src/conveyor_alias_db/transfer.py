@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from conveyor.schema import OpAliasing, op_aliasing, op_facts
+from conveyor.stage_api import OpAliasing, op_aliasing, op_facts
 
 from conveyor_alias_db.locations import (
     NO_EFFECTS,

@@ -15,10 +15,9 @@ checks included), with a warning; in inference it compiles as usual.
 
 from __future__ import annotations
 
-import conveyor.fallback
 import torch
 import torch.fx
-from conveyor import Lowering, Request
+from conveyor import Lowering, Request, stage_api
 
 aten = torch.ops.aten
 
@@ -46,7 +45,7 @@ def eager_lowering(request: Request, stage: str, node: torch.fx.Node) -> Lowerin
     """Run ``request``'s graph on the caller's tensors with eager's autograd,
     with a warning naming ``node``; the next stage gets a graph that returns
     nothing."""
-    return conveyor.fallback.eager_lowering(
+    return stage_api.eager_lowering(
         request,
         stage,
         f"eager's backward of {node.target} checks the gradient it gets (it raises for a loss that depends on "

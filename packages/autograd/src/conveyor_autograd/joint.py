@@ -24,7 +24,7 @@ from typing import Any, cast
 import torch
 import torch.fx
 from conveyor import Request, StageError, call_graph, retrace
-from conveyor.schema import must_keep, writes
+from conveyor.stage_api import must_keep, writes
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from conveyor_autograd.functional_joint import PHASE, functional_joint

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from conveyor.schema import is_effectful, is_random, is_view, op_facts
+from conveyor.stage_api import is_effectful, is_random, is_view, op_facts
 
 __all__ = ["is_effectful", "is_random", "is_recomputable", "is_view", "size_in_bytes"]
 

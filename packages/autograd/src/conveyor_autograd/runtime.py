@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import CompiledFn
-from conveyor.artifacts import reducible
+from conveyor.stage_api import reducible
 from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor_autograd.layout import AutogradLayout
@@ -58,7 +58,7 @@ class CompiledFunction(torch.autograd.Function):
         result = layout.input_grads(grads)
         if torch.is_grad_enabled():  # create_graph=True
             result = _poisoned(result, _leaf_inputs(ctx, len(result)))
-        return (None, None, None, *result)
+        return function_grads(result)
 
 
 def _own_view(out: Any, args: Sequence[Any]) -> Any:
@@ -102,7 +102,7 @@ class BackwardGraph:
     """Note [Inlined backward]: what torch's compiled autograd needs to copy
     one program's backward graph into its capture instead of calling the
     compiled backward opaquely (``conveyor_compiled_autograd`` reads it off
-    ``ctx._forward_cls.conveyor_backward``).
+    ``backward_graph_of(ctx._forward_cls)``).
 
     :ivar layout: the program's calling conventions; the graph's placeholders
         are ``layout.backward_args(saved tensors, saved symbols, tangents)``.
@@ -143,8 +143,29 @@ def _function_class(marker: BackwardGraph) -> type[CompiledFunction]:
     return type(
         "CompiledFunction",
         (CompiledFunction,),
-        {"conveyor_backward": marker, "_compiled_autograd_key": staticmethod(_compiled_autograd_key), "__module__": __name__},
+        {_MARKER: marker, "_compiled_autograd_key": staticmethod(_compiled_autograd_key), "__module__": __name__},
     )
+
+
+_MARKER = "conveyor_backward"
+
+
+def backward_graph_of(function: type) -> BackwardGraph | None:
+    """The :class:`BackwardGraph` of a compiled program's Function class
+    (``ctx._forward_cls`` of its backward node), or ``None`` for any other
+    Function (Note [Inlined backward])."""
+    marker = getattr(function, _MARKER, None)
+    return marker if isinstance(marker, BackwardGraph) else None
+
+
+#: ``CompiledFunction.apply(layout, forward, backward, *args)``: the leading arguments that get no gradient
+_LEADING = 3
+
+
+def function_grads(input_grads: Sequence[Any]) -> tuple[Any, ...]:
+    """What ``CompiledFunction.backward`` returns for the program's input
+    gradients: none for its leading non-tensor arguments, then each."""
+    return (*(None,) * _LEADING, *input_grads)
 
 
 def _compiled_autograd_key(ctx: Any) -> tuple[Any, ...]:
@@ -165,7 +186,7 @@ def wrap(
     def run(args: list[Any]) -> Sequence[Any]:
         return function.apply(layout, compiled_forward, compiled_backward, *args)
 
-    marker = getattr(function, "conveyor_backward", None)
+    marker = backward_graph_of(function)
     return reducible(run, _loaded, layout, compiled_forward, compiled_backward, marker)
 
 

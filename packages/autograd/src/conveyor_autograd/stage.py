@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import conveyor.fallback
 import torch
-from conveyor import DataDependentError, Lowering, Request, StageError, stamp
+from conveyor import DataDependentError, Lowering, Request, StageError, stage_api, stamp
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
@@ -69,7 +68,7 @@ class Autograd:
                 joint = trace_joint(request)
             except DataDependentError as exc:  # Note [Data-dependent sizes in a backward]
                 cause = str(exc).splitlines()[0].removeprefix("capture: ")
-                return conveyor.fallback.eager_lowering(
+                return stage_api.eager_lowering(
                     request, STAGE, f"its backward needs a size that depends on tensor values ({cause})"
                 )
             if joint is None:

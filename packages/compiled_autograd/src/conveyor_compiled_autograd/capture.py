@@ -9,8 +9,8 @@ every Python ``autograd.Function`` node:
 
 Note [Inlined backward] (the reader's side; the writer's is in
 ``conveyor_autograd/runtime.py``): a node whose Function class carries
-``conveyor_backward`` (a ``BackwardGraph``: the program's aten backward graph
-and its layout) is not called opaquely. Its graph is copied into the
+a ``BackwardGraph`` (``conveyor_autograd.backward_graph_of``: the program's
+aten backward graph and its layout) is not called opaquely. Its graph is copied into the
 capture, node by node: its placeholders are bound to the proxies of the
 saved tensors, of the saved symbols (lifted by the engine as sizes through
 ``_compiled_autograd_key``, so they are symbols in the capture) and of the
@@ -35,10 +35,10 @@ from typing import Any
 
 import torch
 import torch.fx
+from conveyor_autograd import backward_graph_of, function_grads
 from torch._dynamo import compiled_autograd as ca
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
-MARKER = "conveyor_backward"
 _PROBE_PARAMS = ("inputs", "output_metadatas", "saved_tensors", "backward_idx", "ctx")
 _warned: list[str] = []
 
@@ -101,7 +101,7 @@ class ConveyorCapture(ca.AutogradCompilerInstance):
         ctx: Any,
         *rest: Any,
     ) -> tuple[torch.Tensor | None, ...]:
-        info = getattr(ctx._forward_cls, MARKER, None) if self._inline else None
+        info = backward_graph_of(ctx._forward_cls) if self._inline else None
         if info is None or any(inputs[k] is None for k in info.layout.diff_outputs):
             self.functions.append(_function_name(ctx))
             return super().proxy_call_backward(inputs, output_metadatas, saved_tensors, backward_idx, ctx, *rest)
@@ -115,7 +115,7 @@ class ConveyorCapture(ca.AutogradCompilerInstance):
         args = [*(_node(p) for p in self.to_proxy(list(saved_tensors))), *(_node(self.to_proxy(s)) for s in symbols), *tangents]
         outs = _copy_in(info.graph, args, graph, self.fx_tracer.root)
         proxies = [torch.fx.Proxy(o, self.fx_tracer) if isinstance(o, torch.fx.Node) else o for o in outs]
-        grads_in = (None, None, None, *info.layout.input_grads(proxies))  # (layout, forward, backward) take none
+        grads_in = function_grads(info.layout.input_grads(proxies))
         self.inlined += 1
         with disable_proxy_modes_tracing():  # fake gradients bound to the copied outputs, as torch's own does
             fakes: list[torch.Tensor | None] = []

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import Pipeline, Request, StageGraph, retrace
-from conveyor.schema import writes
+from conveyor.stage_api import writes
 from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, DimDynamic, ShapeEnv, StatelessSymbolicContext

@@ -19,8 +19,7 @@ import conveyor
 import torch
 import torch.fx
 from conveyor import CompiledFn, Lowering, Request
-from conveyor.artifacts import reducible
-from conveyor.cache import unshared
+from conveyor.stage_api import reducible, unshared
 
 from conveyor_dedupe.mapping import DedupeMap, first_positions
 

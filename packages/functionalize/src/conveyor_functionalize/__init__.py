@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch.fx
-from conveyor.program import Program
-from conveyor.program_meta import (
+from conveyor.stage_api import (
     BaseIdx,
     InputIdx,
     InputInfo,
     OutputIdx,
     OutputInfo,
     OutputKind,
+    Program,
     ProgramMeta,
 )
 

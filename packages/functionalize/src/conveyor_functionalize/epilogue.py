@@ -22,11 +22,18 @@ from enum import Enum
 from typing import Any, cast
 
 import torch
-from conveyor.artifacts import reducible
-from conveyor.functional_run import FunctionalRun
-from conveyor.overlap import overlaps_itself, span
-from conveyor.program_meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
-from conveyor.stage import CompiledFn
+from conveyor.stage_api import (
+    BaseIdx,
+    CompiledFn,
+    FunctionalRun,
+    InputIdx,
+    OutputIdx,
+    OutputKind,
+    ProgramMeta,
+    overlaps_itself,
+    reducible,
+    span,
+)
 
 from conveyor_functionalize.layout import FunctionalLayout, InnerOutIdx
 from conveyor_functionalize.views import Geometry, ViewRecipe, concrete, replayed_geometry

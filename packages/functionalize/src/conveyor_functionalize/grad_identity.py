@@ -37,8 +37,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from conveyor.grad_regions import GRAD_META
-from conveyor.schema import is_view, swaps_storage, written_positions
+from conveyor.stage_api import GRAD_META, is_view, swaps_storage, written_positions
 
 
 def zero_with_identity_grad(t: torch.Tensor) -> torch.Tensor:

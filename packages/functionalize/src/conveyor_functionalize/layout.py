@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NewType
 
-from conveyor.program_meta import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
+from conveyor.stage_api import BaseIdx, InputIdx, OutputIdx, OutputKind, ProgramMeta
 
 InnerOutIdx = NewType("InnerOutIdx", int)
 

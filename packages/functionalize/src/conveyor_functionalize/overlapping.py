@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conveyor import StageError
-from conveyor.program import Program
+from conveyor.stage_api import Program
 
 STAGE = "functionalize"
 

@@ -13,7 +13,7 @@ refuse such a tensor (``add_``, ``copy_``), some write each element in
 turn (``add_`` with strides ``(1, 1)`` adds twice to the shared element),
 some write one element of it (``x[0].zero_()``). Only eager knows, so the
 specialization runs the captured aten graph on the caller's tensors, with
-a warning (``conveyor.fallback.warn_eager``); a program that only reads
+a warning (``stage_api.warn_eager``); a program that only reads
 such an input compiles as usual.
 """
 
@@ -22,11 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import conveyor.fallback
 import torch
 import torch.fx
-from conveyor import Lowering, Request
-from conveyor.overlap import overlaps_itself
+from conveyor import Lowering, Request, stage_api
+from conveyor.stage_api import overlaps_itself
 
 
 def written_self_overlapping(inputs: Sequence[Any], written: Sequence[bool]) -> list[int]:
@@ -35,7 +34,7 @@ def written_self_overlapping(inputs: Sequence[Any], written: Sequence[bool]) -> 
 
 
 def eager_lowering(request: Request, stage: str, inputs: Sequence[int], reason: str = "") -> Lowering:
-    """``conveyor.fallback.eager_lowering`` with a warning naming the inputs
+    """``stage_api.eager_lowering`` with a warning naming the inputs
     and ``reason`` (default: Note [Writes through a self-overlapping
     input])."""
     if not reason:
@@ -45,7 +44,7 @@ def eager_lowering(request: Request, stage: str, inputs: Sequence[int], reason: 
         )
     elif inputs:
         reason = f"input(s) {list(inputs)}: {reason}"
-    return conveyor.fallback.eager_lowering(request, stage, reason)
+    return stage_api.eager_lowering(request, stage, reason)
 
 
 # Note [Sparse compressed inputs that require grad]: torch 2.13's functional

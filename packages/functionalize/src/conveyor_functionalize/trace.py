@@ -18,9 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import retrace
-from conveyor.functional_run import from_functional, run_functional
-from conveyor.grad_regions import detach_no_grad_results
-from conveyor.schema import must_keep, writes
+from conveyor.stage_api import detach_no_grad_results, from_functional, must_keep, run_functional, writes
 
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, keep_eager_kernels
 from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter

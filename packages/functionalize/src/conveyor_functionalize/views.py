@@ -33,8 +33,7 @@ from typing import Any, TypeGuard, cast
 import sympy
 import torch
 import torch.fx
-from conveyor.errors import StageError
-from conveyor.grad_regions import GRAD_META
+from conveyor.stage_api import GRAD_META, StageError
 from torch._C import _functionalization
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._sympy.functions import FloorDiv

@@ -1,7 +1,7 @@
 """conveyor-synthetic-base: inputs that overlap and are mutated become one
 synthetic base; merged inputs are regenerated from it inside the program."""
 
-from conveyor.overlap import Layout, overlaps
+from conveyor.stage_api import Layout, overlaps
 
 from conveyor_synthetic_base.__about__ import __version__
 from conveyor_synthetic_base.mapping import AliasView, BaseMap, InnerIdx, OuterIdx, SyntheticBase

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, NewType
 
 import torch
-from conveyor.overlap import Layout
+from conveyor.stage_api import Layout
 
 from conveyor_synthetic_base.replay import replay
 

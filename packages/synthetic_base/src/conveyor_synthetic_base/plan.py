@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from conveyor.overlap import Layout, overlaps
+from conveyor.stage_api import Layout, overlaps
 
 from conveyor_synthetic_base.mapping import AliasView, OuterIdx, SyntheticBase
 from conveyor_synthetic_base.replay import bounding_box, box_window, replay

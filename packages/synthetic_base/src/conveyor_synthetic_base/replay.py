@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from conveyor.overlap import Layout
+from conveyor.stage_api import Layout
 
 
 @dataclass(frozen=True)

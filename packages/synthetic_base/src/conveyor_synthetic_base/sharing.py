@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from conveyor.cache import storage_groups
-from conveyor.overlap import Layout
+from conveyor.stage_api import Layout, storage_groups
 
 from conveyor_synthetic_base.mapping import OuterIdx
 

@@ -19,12 +19,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import conveyor
-import conveyor.fallback
 import torch
-from conveyor import CompiledFn, Lowering, Request
-from conveyor.artifacts import reducible
-from conveyor.cache import unshared
-from conveyor.overlap import overlaps_itself
+from conveyor import CompiledFn, Lowering, Request, stage_api
+from conveyor.stage_api import overlaps_itself, reducible, unshared
 
 from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
@@ -51,7 +48,7 @@ class SyntheticBaseStage:
                 f"it writes through input(s) {overlapping}, whose elements share memory: functionalization cannot "
                 "express such a write (Note [Writes through a self-overlapping input])"
             )
-            return conveyor.fallback.eager_lowering(request, "synthetic_base", reason)
+            return stage_api.eager_lowering(request, "synthetic_base", reason)
         bases = plan(shared, muts, tight=options["tight"])
         if not bases:
             return Lowering.passthrough(request)

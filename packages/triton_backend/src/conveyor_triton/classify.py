@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import torch
 import torch.fx
-from conveyor.schema import is_view, writes
+from conveyor.stage_api import is_view, writes
 
 from conveyor_triton.dtypes import SUPPORTED
 from conveyor_triton.ops import RULES, Value

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import torch
 import torch.fx
-from conveyor.overlap import span
+from conveyor.stage_api import span
 
 from conveyor_triton import kernel_cache, metrics
 from conveyor_triton.classify import is_view

@@ -17,11 +17,25 @@ from conveyor.stage import StageSpec
 _CACHE_DIR_MADE: list[str] = []
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        "conveyor_isolated_cache",
+        type="bool",
+        default=False,
+        help="conveyor: run the tests with the persistent compile cache off and in a temporary folder",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """A test run never writes to the user's compile cache: unless the
-    environment says otherwise, the persistent compile cache is off
-    (``CONVEYOR_CACHE=0``; tests that exercise it turn it on) and points at a
-    temporary folder removed after the run."""
+    """Asked for (the ini option ``conveyor_isolated_cache = true``, as
+    conveyor's own ``pyproject.toml`` has it), a test run never writes to the
+    user's compile cache: unless the environment says otherwise, the
+    persistent compile cache is off (``CONVEYOR_CACHE=0``; tests that
+    exercise it turn it on) and points at a temporary folder removed after
+    the run. Not asked for, the plugin leaves the environment alone: it is
+    loaded into every pytest run of a project that installs conveyor."""
+    if not config.getini("conveyor_isolated_cache"):
+        return
     os.environ.setdefault("CONVEYOR_CACHE", "0")
     if not os.environ.get("CONVEYOR_CACHE_DIR"):
         _CACHE_DIR_MADE.append(tempfile.mkdtemp(prefix="conveyor-test-cache-"))

@@ -1,0 +1,101 @@
+"""What a stage package may use of the core: the declared stage API.
+
+Note [The stage API]: a stage package (``conveyor_autograd``,
+``conveyor_triton``, ...) imports the core only through this module and
+``conveyor``'s public names, never a core module directly, so the core may
+move its modules without breaking a stage, and a reader sees in one place
+what stages rely on. ``tests/test_layers.py`` checks every stage package's
+sources for it. The names, by what they are for:
+
+* the protocol: the request a stage lowers, what it returns, its spec and
+  errors, the plugin hook marker, stamping its graphs, tracing;
+* facts about ops (``conveyor.schema``): which ops view, write, are random or
+  must run, and their aliasing;
+* facts about one program: the program record (``Program``, its typed index
+  spaces and per-input/output facts), the memory layout of tensors
+  (``overlap``), which inputs share storage, the grad-mode tag capture puts
+  on each node, running a graph functionally;
+* run-time helpers: the warned eager fallback of a stage, pickling a
+  compiled callable for the disk cache, the user's cache folder.
+"""
+
+from conveyor.artifacts import reducible
+from conveyor.cache import storage_groups, unshared
+from conveyor.capture import retrace
+from conveyor.config import resolve
+from conveyor.errors import DataDependentError, StageError
+from conveyor.fallback import eager_lowering, warn_eager
+from conveyor.files import user_cache_dir, write_atomic
+from conveyor.functional_run import FunctionalRun, from_functional, run_functional
+from conveyor.grad_regions import GRAD_META, call_graph, detach_no_grad_results
+from conveyor.hookspecs import hookimpl
+from conveyor.overlap import Layout, overlaps, overlaps_itself, span
+from conveyor.pipeline import Pipeline
+from conveyor.plugins import Plugins
+from conveyor.program import Program
+from conveyor.program_meta import BaseIdx, InputIdx, InputInfo, OutputIdx, OutputInfo, OutputKind, ProgramMeta
+from conveyor.schema import (
+    OpAliasing,
+    is_effectful,
+    is_random,
+    is_view,
+    must_keep,
+    op_aliasing,
+    op_facts,
+    swaps_storage,
+    writes,
+    written_positions,
+)
+from conveyor.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.stamps import StageGraph, stamp
+
+__all__ = [
+    "GRAD_META",
+    "BaseIdx",
+    "CompiledFn",
+    "DataDependentError",
+    "FunctionalRun",
+    "InputIdx",
+    "InputInfo",
+    "Layout",
+    "Lowering",
+    "OpAliasing",
+    "OutputIdx",
+    "OutputInfo",
+    "OutputKind",
+    "Pipeline",
+    "Plugins",
+    "Program",
+    "ProgramMeta",
+    "Request",
+    "StageError",
+    "StageGraph",
+    "StageSpec",
+    "call_graph",
+    "detach_no_grad_results",
+    "eager_lowering",
+    "from_functional",
+    "hookimpl",
+    "is_effectful",
+    "is_random",
+    "is_view",
+    "must_keep",
+    "op_aliasing",
+    "op_facts",
+    "overlaps",
+    "overlaps_itself",
+    "reducible",
+    "resolve",
+    "retrace",
+    "run_functional",
+    "span",
+    "stamp",
+    "storage_groups",
+    "swaps_storage",
+    "unshared",
+    "user_cache_dir",
+    "warn_eager",
+    "write_atomic",
+    "writes",
+    "written_positions",
+]
