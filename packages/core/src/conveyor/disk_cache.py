@@ -19,7 +19,9 @@ program compiled again; a writer writes a temporary file in the same folder
 and renames it into place, so concurrent writers and readers never see a
 torn entry. A compile that warns is not stored (its warnings are part of
 what the program does; the next process compiles and warns again). Nothing
-is ever evicted: delete the folder to empty the cache.
+is ever evicted: delete the folder to empty the cache. An entry is loaded
+from, and written into, only folders that the user alone can write (Note
+[Caches only the user can write] in :mod:`conveyor.files`).
 
 Only static-shape requests are cached: a symbolic compile adds guards to
 the live shape environment that a stored program could not replay.
@@ -36,7 +38,7 @@ from typing import Any
 
 from conveyor import artifacts, disk_key
 from conveyor.config import Config
-from conveyor.files import user_cache_dir, write_atomic
+from conveyor.files import may_read, may_write, user_cache_dir, write_atomic
 from conveyor.stage import CompiledFn, Request
 from conveyor.stamps import StageGraph
 
@@ -47,6 +49,7 @@ Compiled = tuple[CompiledFn, tuple[StageGraph, ...]]
 _MAGIC = b"conveyor-program\n"
 _KEY = len(_MAGIC) + 4  # where the key's 32 bytes start
 _HEADER = _KEY + 32 + 32
+_WHAT = "compile cache"
 
 
 def default_dir() -> Path:
@@ -90,9 +93,18 @@ def entry_path(directory: Path, key: str) -> Path:
     return directory / key[:2] / f"{key}.program"
 
 
+def _root(path: Path) -> Path:
+    """The cache folder of the entry at ``path`` (see :func:`entry_path`)."""
+    return path.parent.parent
+
+
 def load(path: Path, request: Request, key: str) -> Compiled | None:
-    """The entry for ``key`` at ``path``; ``None`` when there is none, or when
-    it is corrupt, stale or recorded for another key (then it is deleted)."""
+    """The entry for ``key`` at ``path``; ``None`` when there is none, when a
+    folder on its way or the entry is not the user's alone (Note [Caches only
+    the user can write]: one warning), or when it is corrupt, stale or
+    recorded for another key (then it is deleted)."""
+    if not may_read(_root(path), path, _WHAT):
+        return None
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -112,7 +124,9 @@ def load(path: Path, request: Request, key: str) -> Compiled | None:
 
 def store(path: Path, result: Compiled, key: str) -> bool:
     """Write ``result``, compiled for ``key``, to ``path`` atomically;
-    ``False`` (logged) when it cannot be pickled or written."""
+    ``False`` (logged) when it cannot be pickled or written, or when a folder
+    on its way is not the user's alone (Note [Caches only the user can
+    write]: one warning)."""
     try:
         payload = artifacts.dumps(result)
     except artifacts.Unpicklable as exc:
@@ -120,6 +134,8 @@ def store(path: Path, result: Compiled, key: str) -> bool:
         return False
     header = (_MAGIC, disk_key.FORMAT_VERSION.to_bytes(4, "little"), bytes.fromhex(key), hashlib.sha256(payload).digest())
     data = b"".join((*header, payload))
+    if not may_write(_root(path), path, _WHAT):
+        return False
     try:
         write_atomic(path, data)
     except OSError as exc:
