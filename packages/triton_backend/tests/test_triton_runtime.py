@@ -30,7 +30,7 @@ def test_sources_live_in_files_named_by_hash(triton_only, tmp_path):
 def test_corrupt_entry_is_rebuilt(triton_only, tmp_path):
     source = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k_corrupt(x):\n    pass\n"
     path = kernel_cache.path_for(tmp_path, kernel_cache.source_hash(source))
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(mode=0o700, parents=True)
     path.write_text("def k_corrupt(:  # torn write")
     fn, where = kernel_cache.load(source, "k_corrupt", tmp_path)
     assert where == path and path.read_text() == source

@@ -32,7 +32,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.overrides import TorchFunctionMode
 
 from conveyor import fallback
-from conveyor.fallback import EagerFallback
+from conveyor.errors import EagerFallback
 
 _REFUSED_METHODS = {torch.Tensor.requires_grad_: "requires_grad_", torch.Tensor.detach_: "detach_"}
 _REQUIRES_GRAD_SETTER = torch._C.TensorBase.__dict__["requires_grad"]

@@ -11,7 +11,7 @@ common, and dynamo splits them into graphs with Python between:
   eager experts), which capture meets as a :class:`DataDependentError`;
 * a whole training step, ``loss.backward()`` then ``opt.step()``: the
   optimizer's and the scheduler's state is written outside any argument
-  (Note [State a program reaches]; :class:`~conveyor.fallback.DynamoSplits`).
+  (Note [State a program reaches]; :class:`~conveyor.errors.DynamoSplits`).
 
 Such a specialization is compiled through ``torch.compile`` with this
 object's own pipeline (``conveyor.dynamo.backend``), with one warning that
@@ -37,8 +37,9 @@ from conveyor import cache, dynamic_shapes, dynamo
 from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.entry_guard import EntryGuard
-from conveyor.errors import CaptureError, DataDependentError
-from conveyor.fallback import DynamoSplits, EagerFallback, warn_eager, watching_capture
+from conveyor.errors import CaptureError, DataDependentError, DynamoSplits, EagerFallback
+from conveyor.fallback import watching_capture
+from conveyor.lowering import warn_eager
 from conveyor.objects import ObjectArgs, walk_args
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.plugins import Plugins

@@ -31,8 +31,9 @@ from conveyor import cache, dynamo_graphs, functions, subclasses
 from conveyor.capture import trace_user
 from conveyor.closure import trace_closing_over
 from conveyor.config import resolve
-from conveyor.errors import DataDependentError
-from conveyor.fallback import EagerFallback, warn_eager, watching_capture
+from conveyor.errors import DataDependentError, EagerFallback
+from conveyor.fallback import watching_capture
+from conveyor.lowering import warn_eager
 from conveyor.pipeline import Pipeline, StageGraph
 from conveyor.stage import CompiledFn
 from conveyor.subclass_joint import compile_program

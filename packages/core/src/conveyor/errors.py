@@ -35,3 +35,14 @@ class CaptureError(ConveyorError):
 class DataDependentError(CaptureError):
     """A trace needed a size or a branch that only the tensors' values decide
     (``nonzero``, ``.item()``, Python control flow on values)."""
+
+
+class EagerFallback(ConveyorError):
+    """Raised inside a capture that must not go on; the caller runs eagerly."""
+
+
+class DynamoSplits(EagerFallback):
+    """Raised inside a standalone capture of a program that dynamo can split
+    where one graph cannot hold it; ``conveyor.compile`` compiles it through
+    dynamo instead (Note [Programs only dynamo can split] in
+    ``conveyor.compiled``). Elsewhere it is an eager fallback."""

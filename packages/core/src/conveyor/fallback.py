@@ -28,8 +28,7 @@ import contextlib
 import functools
 import os
 import threading
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -38,47 +37,8 @@ from torch.autograd.function import Function
 from torch.utils.checkpoint import CheckpointFunction
 
 from conveyor import functions
-from conveyor.errors import ConveyorError
-from conveyor.grad_regions import call_graph, recorded_with_grad
-from conveyor.stage import CompiledFn, Lowering, Request
-
-
-class EagerFallback(ConveyorError):
-    """Raised inside a capture that must not go on; the caller runs eagerly."""
-
-
-class DynamoSplits(EagerFallback):
-    """Raised inside a standalone capture of a program that dynamo can split
-    where one graph cannot hold it; ``conveyor.compile`` compiles it through
-    dynamo instead (Note [Programs only dynamo can split] in
-    ``conveyor.compiled``). Elsewhere it is an eager fallback."""
-
-
-def warn_eager(what: str, reason: str) -> None:
-    warnings.warn(f"conveyor: running {what} eagerly: {reason}", stacklevel=3)
-
-
-def eager_lowering(request: Request, stage: str, reason: str) -> Lowering:
-    """A wrapper stage's warned eager fallback for one program: the
-    run-time half runs ``request``'s graph on the caller's tensors (aten ops,
-    each under its captured grad mode: eager's semantics, autograd included),
-    and the inner stages get a graph that takes the same inputs and returns
-    nothing. Warns once, at compile time, naming ``stage`` and ``reason``."""
-    warn_eager(f"a program (stage '{stage}')", reason)
-    empty = torch.fx.Graph()
-    for k, value in enumerate(request.inputs):
-        empty.placeholder(f"arg{k}").meta["val"] = value
-    empty.output(())
-    inner = request.replace(graph=torch.fx.GraphModule(torch.nn.Module(), empty))
-    graph = request.graph
-
-    def wrap(_: CompiledFn) -> CompiledFn:
-        def run(args: list[Any]) -> Sequence[Any]:
-            return call_graph(graph, args)
-
-        return run
-
-    return Lowering((inner,), wrap)
+from conveyor.errors import ConveyorError, EagerFallback
+from conveyor.grad_regions import recorded_with_grad
 
 
 @contextlib.contextmanager

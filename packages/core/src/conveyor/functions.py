@@ -338,7 +338,7 @@ def apply_bodies(fwd: torch.fx.GraphModule, bwd: torch.fx.GraphModule, *args: An
             return fwd(*args)[0]
     applied = probe_bodies(fwd, bwd, args, kwargs)
     if isinstance(applied, str):
-        from conveyor.fallback import EagerFallback
+        from conveyor.errors import EagerFallback
 
         raise EagerFallback(
             f"a torch.autograd.Function that dynamo traced cannot be captured as one node with its own backward: "

@@ -23,7 +23,7 @@ only, so capture represents the objects around it:
 What cannot be described this way (an object with ``__slots__`` holding a
 tensor in a result; writes to state the program reaches without taking it as
 an argument: ``conveyor.reachable``) makes capture raise
-:class:`~conveyor.fallback.EagerFallback`: that specialization runs eagerly,
+:class:`~conveyor.errors.EagerFallback`: that specialization runs eagerly,
 with a warning that names the object.
 """
 
@@ -38,8 +38,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from conveyor.errors import CaptureError
-from conveyor.fallback import EagerFallback
+from conveyor.errors import CaptureError, EagerFallback
 
 HINT = "use torch.compile(fn, backend='conveyor'), which follows Python objects with dynamo"
 

@@ -11,7 +11,7 @@ module, or of the instance a compiled bound method belongs to), and the plain
 objects, lists and dicts reachable from the function's closure cells and the
 globals its code names. After the trace it puts everything back and names
 what changed; capture then raises
-:class:`~conveyor.fallback.EagerFallback`, so that specialization runs
+:class:`~conveyor.errors.EagerFallback`, so that specialization runs
 eagerly, as eager would, with a warning. Argument objects are not watched
 here: their writes are replayed (Note [Python objects in and out]).
 
@@ -34,7 +34,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.nn.modules import module as _module
 
-from conveyor.fallback import DynamoSplits, EagerFallback
+from conveyor.errors import DynamoSplits, EagerFallback
 from conveyor.objects import HINT, is_object
 
 _LIMIT = 2000  # containers walked at most (the watch is a safety net, not a deep copy)

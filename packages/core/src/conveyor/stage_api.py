@@ -16,7 +16,8 @@ sources for it. The names, by what they are for:
   (``overlap``), which inputs share storage, the grad-mode tag capture puts
   on each node, running a graph functionally;
 * run-time helpers: the warned eager fallback of a stage, pickling a
-  compiled callable for the disk cache, the user's cache folder.
+  compiled callable for the disk cache, the user's cache folder and the
+  rule for reading and writing there (Note [Caches only the user can write]).
 """
 
 from conveyor.artifacts import reducible
@@ -24,11 +25,11 @@ from conveyor.cache import storage_groups, unshared
 from conveyor.capture import retrace
 from conveyor.config import resolve
 from conveyor.errors import DataDependentError, StageError
-from conveyor.fallback import eager_lowering, warn_eager
-from conveyor.files import user_cache_dir, write_atomic
+from conveyor.files import may_read, may_write, user_cache_dir, write_atomic
 from conveyor.functional_run import FunctionalRun, from_functional, run_functional
 from conveyor.grad_regions import GRAD_META, call_graph, detach_no_grad_results
 from conveyor.hookspecs import hookimpl
+from conveyor.lowering import eager_lowering, warn_eager
 from conveyor.overlap import Layout, overlaps, overlaps_itself, span
 from conveyor.pipeline import Pipeline
 from conveyor.plugins import Plugins
@@ -79,6 +80,8 @@ __all__ = [
     "is_effectful",
     "is_random",
     "is_view",
+    "may_read",
+    "may_write",
     "must_keep",
     "op_aliasing",
     "op_facts",

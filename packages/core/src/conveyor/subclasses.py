@@ -39,8 +39,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-from conveyor.errors import CaptureError, ConveyorError
-from conveyor.fallback import EagerFallback
+from conveyor.errors import CaptureError, ConveyorError, EagerFallback
 from conveyor.schema import writes
 from conveyor.stage import CompiledFn
 

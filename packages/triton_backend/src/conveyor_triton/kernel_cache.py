@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from conveyor.files import may_read, may_write, user_cache_dir, write_atomic
+from conveyor.stage_api import may_read, may_write, user_cache_dir, write_atomic
 
 _WHAT = "triton kernel cache"
 _lock = threading.Lock()
