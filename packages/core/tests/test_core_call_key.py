@@ -11,7 +11,7 @@ from typing import Any
 import conveyor
 import pytest
 import torch
-from conveyor import cache
+from conveyor import cache, sharing
 from conveyor.capture import ModuleState, lifted_state
 
 
@@ -188,14 +188,14 @@ def test_module_state_structure_follows_the_tree() -> None:
 def test_storage_groups_once_per_key_and_nothing_kept() -> None:
     x = torch.randn(4)
     flat = [x, x[1:], torch.randn(2), 3]
-    expected = cache.storage_groups(flat)
+    expected = sharing.storage_groups(flat)
     assert expected == (0, 0, 2, -1)
-    with cache.keying(flat):
-        assert cache.storage_groups(flat) is cache.storage_groups(flat)
-        assert cache.storage_groups(flat) == expected
+    with sharing.keying(flat):
+        assert sharing.storage_groups(flat) is sharing.storage_groups(flat)
+        assert sharing.storage_groups(flat) == expected
         other = [torch.randn(1)]
-        assert cache.storage_groups(other) == (0,)  # another list: computed afresh
-    assert cache._keying == [None, None]  # no input kept alive after the key
+        assert sharing.storage_groups(other) == (0,)  # another list: computed afresh
+    assert sharing._keying == [None, None]  # no input kept alive after the key
 
 
 def test_the_fast_key_matches_tensor_key_on_what_it_distinguishes() -> None:

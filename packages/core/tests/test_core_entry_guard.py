@@ -11,7 +11,7 @@ from typing import Any
 import conveyor
 import pytest
 import torch
-from conveyor import cache, capture
+from conveyor import capture, sharing
 from conveyor.entry_guard import EntryGuard
 
 
@@ -193,15 +193,15 @@ def test_entry_guard_recomputes_stage_keys_from_one_storage_scan() -> None:
     seen: list[tuple[int, ...]] = []
 
     def stage_key(flat: Sequence[Any]) -> Any:
-        seen.append(cache.storage_groups(flat))
-        return cache.unshared(flat)
+        seen.append(sharing.storage_groups(flat))
+        return sharing.unshared(flat)
 
     a, b = torch.randn(2), torch.randn(2)
     guard = _guard([a, b], [stage_key])
     flat = [torch.randn(2), torch.randn(2)]
     assert guard.check(flat, (), flat)
     assert seen[-1] == (0, 1)
-    assert cache._keying == [None, None]  # nothing kept after the check
+    assert sharing._keying == [None, None]  # nothing kept after the check
 
 
 def test_no_entry_guard_for_inputs_it_cannot_check() -> None:
@@ -216,13 +216,13 @@ def test_no_entry_guard_for_inputs_it_cannot_check() -> None:
 
 def test_unshared_matches_the_storage_groups() -> None:
     x = torch.randn(4)
-    assert cache.unshared([x, torch.randn(2)])
-    assert not cache.unshared([x, x])
-    assert not cache.unshared([x, x[1:]])
-    assert cache.unshared([x, 3])  # a non-tensor shares nothing
-    assert not cache.unshared([x, torch.randn(2, 2).to_sparse()])  # no storage to compare
-    assert cache.storage_groups([x, torch.randn(2, 2).to_sparse(), 3, x[2:]]) == (0, -1, -1, 0)
-    assert cache.storage_groups([x, x[1:], torch.randn(1)]) == (0, 0, 2)
+    assert sharing.unshared([x, torch.randn(2)])
+    assert not sharing.unshared([x, x])
+    assert not sharing.unshared([x, x[1:]])
+    assert sharing.unshared([x, 3])  # a non-tensor shares nothing
+    assert not sharing.unshared([x, torch.randn(2, 2).to_sparse()])  # no storage to compare
+    assert sharing.storage_groups([x, torch.randn(2, 2).to_sparse(), 3, x[2:]]) == (0, -1, -1, 0)
+    assert sharing.storage_groups([x, x[1:], torch.randn(1)]) == (0, 0, 2)
 
 
 @pytest.mark.parametrize("kind", ["conveyor.compile", "torch.compile"])

@@ -33,7 +33,7 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.hooks import RemovableHandle
 
-from conveyor import cache, dynamic_shapes, dynamo
+from conveyor import cache, dynamic_shapes, dynamo, sharing
 from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.config import Config, resolve
 from conveyor.entry_guard import EntryGuard
@@ -180,7 +180,7 @@ class Compiled:
         return entry
 
     def _key(self, flat: Sequence[Any], spec_key: Hashable, values: tuple[tuple[int, Any], ...]) -> Hashable:
-        with cache.keying(flat):  # Note [A cheap call key]
+        with sharing.keying(flat):  # Note [A cheap call key]
             core = cache.call_key(flat)
             stage_keys = tuple([s(flat) for s in self._keyed])
         state = self._state

@@ -45,7 +45,7 @@ from urllib.parse import unquote, urlparse
 import torch
 import torch.fx
 
-from conveyor import cache
+from conveyor import cache, sharing
 from conveyor.functions import is_apply_function
 from conveyor.stage import Request
 
@@ -149,7 +149,7 @@ def _inputs_part(inputs: Sequence[Any]) -> tuple[Any, ...]:
             raise Unkeyable("an input is a symbolic scalar")
         else:
             per_input.append(_plain(x, "a non-tensor input"))
-    return (tuple(per_input), cache.storage_groups(inputs))
+    return (tuple(per_input), sharing.storage_groups(inputs))
 
 
 def _symbolic(t: torch.Tensor) -> bool:

@@ -35,7 +35,7 @@ from torch.fx.experimental.symbolic_shapes import (
     StatelessSymbolicContext,
 )
 
-from conveyor import cache
+from conveyor import cache, sharing
 
 Sizes = tuple[tuple[int, ...] | None, ...]
 
@@ -67,7 +67,7 @@ def all_dims(flat: Sequence[Any]) -> frozenset[tuple[int, int]]:
 
 def can_be_symbolic(flat: Sequence[Any]) -> str | None:
     """Why these inputs must compile static (``None``: they need not)."""
-    groups = cache.storage_groups(flat)
+    groups = sharing.storage_groups(flat)
     # the same tensor in several positions (tied weights) is one fake: fine
     if any(g not in (-1, i) and flat[g] is not flat[i] for i, g in enumerate(groups)):
         return "inputs share storage"

@@ -27,7 +27,7 @@ import torch.fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from conveyor import cache, dynamo_graphs, functions, subclasses
+from conveyor import cache, dynamo_graphs, functions, sharing, subclasses
 from conveyor.capture import trace_user
 from conveyor.closure import trace_closing_over
 from conveyor.config import resolve
@@ -78,7 +78,7 @@ class DynamoCompiled:
         return {i: flat[i].item() for i in self._items}
 
     def _key(self, flat: Sequence[Any], shapes: bool) -> Hashable:
-        with cache.keying(flat):  # storage groups computed once for the core and the stages
+        with sharing.keying(flat):  # storage groups computed once for the core and the stages
             stage_keys = tuple([s(flat) for s in self._keyed])
             core = cache.call_key(flat) if shapes else _unguarded_key(flat, self._grad_positions)
         values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
@@ -150,12 +150,12 @@ def _unguarded_key(flat: Sequence[Any], grad_positions: tuple[int, ...]) -> Hash
     would be that work again per call (and would compile again, statically,
     what the lowered graph already serves). No Python loop over the inputs:
     ``map`` over the positions that require grad, and the core's storage
-    scan (``cache.storage_groups``)."""
+    scan (``sharing.storage_groups``)."""
     return (
         torch.is_grad_enabled(),
         cache._autocast_key(),
         tuple(map(_is_leaf, map(flat.__getitem__, grad_positions))) if grad_positions else (),
-        cache.storage_groups(flat),
+        sharing.storage_groups(flat),
     )
 
 

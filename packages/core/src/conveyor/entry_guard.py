@@ -17,7 +17,7 @@ non-tensor values, grad mode, autocast) whether one holds:
   inputs and no Python loop: storage offsets; leafness, of the inputs that
   require grad (a tensor that does not is always a leaf); which inputs share
   a storage (all distinct, or the same groups); and each stage's
-  ``cache_key``, computed from the same storage scan (``cache.keying``).
+  ``cache_key``, computed from the same storage scan (``sharing.keying``).
 
 A guard holds exactly when ``call_key`` and the stage keys would equal the
 entry's, so a guard that fails sends the call to the full key, never to a
@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 
-from conveyor import cache
+from conveyor import sharing
 
 #: torch's stubs for the C++ class lag its signature (``tensor_check_names``)
 TensorGuards: Any = _TensorGuards
@@ -60,7 +60,7 @@ class EntryGuard:
     :ivar offsets: each flat input's storage offset.
     :ivar grad_positions: flat positions of the inputs that require grad.
     :ivar leaves: their leafness.
-    :ivar groups: the storage groups (``cache.storage_groups``), ``None``
+    :ivar groups: the storage groups (``sharing.storage_groups``), ``None``
         when no two inputs share a storage.
     :ivar stages: the stages' ``cache_key`` functions.
     :ivar stage_keys: their values for the call that made the guard.
@@ -103,8 +103,8 @@ class EntryGuard:
             tensor_check_names=[f"flat[{i}]" for i in range(len(ordered))],
         )
         grad_positions = tuple(i for i, t in enumerate(flat) if t.requires_grad)
-        with cache.keying(flat):
-            groups, unshared = cache.storage_groups(flat), cache.unshared(flat)
+        with sharing.keying(flat):
+            groups, unshared = sharing.storage_groups(flat), sharing.unshared(flat)
             stage_keys = tuple([s(flat) for s in stages])
         return EntryGuard(
             tensors=guards,
@@ -130,7 +130,7 @@ class EntryGuard:
         if self.groups is None:
             if len(set(storages)) != len(storages):
                 return False
-            groups = (cache.identity(len(storages)), True)
+            groups = (sharing.identity(len(storages)), True)
         else:
             first: dict[int, int] = {}
             shared = tuple([first.setdefault(s, i) for i, s in enumerate(storages)])
@@ -138,7 +138,7 @@ class EntryGuard:
                 return False
             groups = (shared, False)
         if self.stages:
-            with cache.keying(flat, groups):
+            with sharing.keying(flat, groups):
                 if tuple([s(flat) for s in self.stages]) != self.stage_keys:
                     return False
         return True

@@ -39,11 +39,11 @@ from typing import Any
 import torch
 import torch.fx
 
-from conveyor.cache import storage_groups
 from conveyor.functional_analysis import Analysis, analyze
 from conveyor.overlap import Layout, overlaps
 from conveyor.program_meta import ProgramMeta
 from conveyor.schema import op_facts
+from conveyor.sharing import storage_groups
 
 #: the parts of :class:`Program` a stage can declare it reads (``StageSpec.reads``)
 PARTS = ("aliasing", "writing_nodes", "outputs_computed", "statically_functional", "analysis", "meta")

@@ -21,7 +21,6 @@ sources for it. The names, by what they are for:
 """
 
 from conveyor.artifacts import reducible
-from conveyor.cache import storage_groups, unshared
 from conveyor.capture import retrace
 from conveyor.config import resolve
 from conveyor.errors import DataDependentError, StageError
@@ -47,6 +46,7 @@ from conveyor.schema import (
     writes,
     written_positions,
 )
+from conveyor.sharing import storage_groups, unshared
 from conveyor.stage import CompiledFn, Lowering, Request, StageSpec
 from conveyor.stamps import StageGraph, stamp
 

@@ -57,7 +57,7 @@ def _deduping(compiled: CompiledFn, mapping: DedupeMap) -> CompiledFn:
 def cache_key(flat: Sequence[Any]) -> tuple[int, ...]:
     """Which flat arguments are the same tensor object: ``f(x, x)`` and
     ``f(x, y)`` compile separately. Where the core's storage scan of this
-    call (``conveyor.cache.unshared``, computed once per call) says that no
+    call (``conveyor.sharing.unshared``, computed once per call) says that no
     two tensor inputs share a storage, none is passed twice: ``()``, with
     no scan of our own."""
     return () if unshared(flat) else first_positions(flat)

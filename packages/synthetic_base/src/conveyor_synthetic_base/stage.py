@@ -100,5 +100,5 @@ def cache_key(flat: Sequence[Any]) -> Any:
     """The inputs that share storage: their layouts, dtypes, requires_grad,
     and which of them view one tensor (overlap follows from the layouts).
     ``()`` at once where the core's storage scan of this call
-    (``conveyor.cache.unshared``) says no two share one."""
+    (``conveyor.sharing.unshared``) says no two share one."""
     return () if unshared(flat) else shared_storages(flat)
