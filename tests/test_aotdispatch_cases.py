@@ -48,7 +48,7 @@ from aotdispatch_harness import CASES, compile_eager, nonleaf, run  # noqa: E402
 
 # Expected failures: "<case>-grad" / "<case>-nograd" -> reason (strict xfail).
 # (requires_grad_(), detach_() and .data = inside the program run eagerly with a
-# warning: Note [Autograd state changed by the program] in conveyor.autograd_state.)
+# warning: Note [Autograd state changed by the program] in conveyor.frontend.autograd_state.)
 XFAIL: dict[str, str] = {}
 
 

@@ -49,3 +49,45 @@ def test_a_stage_package_uses_the_core_only_through_the_stage_api(package: Path)
 
 def test_the_stage_api_names_exist() -> None:
     assert all(hasattr(conveyor.stage_api, name) for name in conveyor.stage_api.__all__)
+
+
+#: the core's layers, lowest first: a module imports only from its own layer or below
+LAYERS = ("errors", "analysis", "protocol", "frontend", "runtime")
+CORE = ROOT / "packages" / "core" / "src" / "conveyor"
+
+
+def _layer(module: str) -> int:
+    """The rank of ``conveyor.<layer>...`` (the entries above every layer: len(LAYERS))."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else len(LAYERS)
+
+
+def _imported(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "conveyor":
+            if node.module == "conveyor":
+                found += [f"conveyor.{a.name}" for a in node.names]
+            else:
+                found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "conveyor"]
+    return found
+
+
+@pytest.mark.parametrize("layer", LAYERS[1:])
+def test_the_core_layers_import_only_downwards(layer: str) -> None:
+    """errors <- analysis <- protocol <- frontend <- runtime <- the entries
+    (``compile``, ``dynamo``, ``cli``, ``stage_api``): one direction."""
+    rank = LAYERS.index(layer)
+    bad = [
+        f"{path.relative_to(CORE)} imports {module}"
+        for path in sorted((CORE / layer).rglob("*.py"))
+        for module in _imported(ast.parse(path.read_text()))
+        if _layer(module) > rank
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_core_top_folder_is_small() -> None:
+    assert len(list(CORE.glob("*.py"))) <= 12

@@ -19,7 +19,7 @@ def test_a_loaded_training_program_gives_eager_gradients(tmp_path: Path) -> None
 
 
 def test_a_loaded_program_keeps_its_backward_graph_for_compiled_autograd() -> None:
-    from conveyor import artifacts
+    from conveyor.protocol import artifacts
 
     def f(x: torch.Tensor) -> torch.Tensor:
         return (x.sin() * 2).sum()

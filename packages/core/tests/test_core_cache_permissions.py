@@ -1,5 +1,5 @@
 """The compile cache loads from and writes to folders only the user can write
-(Note [Caches only the user can write] in conveyor.files): a planted entry in
+(Note [Caches only the user can write] in conveyor.runtime.files): a planted entry in
 an open folder, a folder of another user, an open or linked entry file."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import conveyor
 import pytest
 import torch
-from conveyor import disk_cache, disk_key, files
-from conveyor.pipeline import Pipeline
-from conveyor.stage import Request
+from conveyor.protocol.pipeline import Pipeline
+from conveyor.protocol.stage import Request
+from conveyor.runtime import disk_cache, disk_key, files
 
 FLAG = "conveyor_planted_entry_ran"
 

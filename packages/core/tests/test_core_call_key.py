@@ -11,8 +11,9 @@ from typing import Any
 import conveyor
 import pytest
 import torch
-from conveyor import cache, sharing
-from conveyor.capture import ModuleState, lifted_state
+from conveyor.analysis import sharing
+from conveyor.frontend.capture import ModuleState, lifted_state
+from conveyor.runtime import cache
 
 
 class Scale(torch.nn.Module):
@@ -251,7 +252,7 @@ def _detach_targets(gm: torch.fx.GraphModule) -> int:
 
 
 def test_inert_detaches_are_dropped_and_returned_ones_kept() -> None:
-    from conveyor.grad_regions import drop_inert_detaches
+    from conveyor.analysis.grad_regions import drop_inert_detaches
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def fn(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,6 +1,6 @@
 import pytest
 from conveyor import ConfigError, resolve
-from conveyor.config import Config
+from conveyor.protocol.config import Config
 
 
 def write_pyproject(tmp_path, body):

@@ -5,7 +5,7 @@ the graph's own ``forward``."""
 from __future__ import annotations
 
 import torch
-from conveyor.backends.direct_calls import direct_forward
+from conveyor.protocol.backends.direct_calls import direct_forward
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -61,7 +61,7 @@ def test_direct_calls_take_a_lazy_graph_module() -> None:
 
 def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> None:
     """Note [Transpose pairs]."""
-    from conveyor.backends.fold_views import fold_transpose_pairs
+    from conveyor.protocol.backends.fold_views import fold_transpose_pairs
 
     def program(w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # the second pair is an output: kept; a chain of three is one t
@@ -88,7 +88,7 @@ def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> N
 
 def test_linear_calls_give_eagers_one_call_and_the_same_bits() -> None:
     """Note [Linear calls]."""
-    from conveyor.backends.fold_views import linear_calls
+    from conveyor.protocol.backends.fold_views import linear_calls
 
     def program(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
         shared = w.t()

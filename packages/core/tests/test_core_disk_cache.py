@@ -1,4 +1,4 @@
-"""The persistent compile cache (conveyor.disk_cache): hits, a miss on each
+"""The persistent compile cache (conveyor.runtime.disk_cache): hits, a miss on each
 part of the key, corrupt and stale entries, concurrent writers, the switch."""
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from pathlib import Path
 import conveyor
 import pytest
 import torch
-from conveyor import artifacts, disk_cache, disk_key
-from conveyor.capture import trace_user
-from conveyor.config import resolve
-from conveyor.pipeline import Pipeline
-from conveyor.stage import Request
+from conveyor.frontend.capture import trace_user
+from conveyor.protocol import artifacts
+from conveyor.protocol.config import resolve
+from conveyor.protocol.pipeline import Pipeline
+from conveyor.protocol.stage import Request
+from conveyor.runtime import disk_cache, disk_key
 from conveyor.testing import check
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -289,7 +290,7 @@ _WRITER = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
     import torch, conveyor
-    from conveyor.pipeline import Pipeline
+    from conveyor.protocol.pipeline import Pipeline
 
     runs = []
     original = Pipeline.compile
@@ -308,7 +309,7 @@ _WRITER = textwrap.dedent(
     expected = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.LayerNorm(32), torch.nn.Linear(32, 32)) for _ in range(4)))
     expected.load_state_dict(model.state_dict())
     ok = torch.allclose(out, expected(x), atol=1e-6)
-    from conveyor import disk_key
+    from conveyor.runtime import disk_key
     environment = disk_key.environment(disk_key._stage_distributions(step.pipeline))
     print(json.dumps({"runs": len(runs), "ok": ok, "environment": environment}))
     """

@@ -11,8 +11,9 @@ from typing import Any
 import conveyor
 import pytest
 import torch
-from conveyor import capture, sharing
-from conveyor.entry_guard import EntryGuard
+from conveyor.analysis import sharing
+from conveyor.frontend import capture
+from conveyor.runtime.entry_guard import EntryGuard
 
 
 def _no_rekey(compiled: conveyor.Compiled, monkeypatch: pytest.MonkeyPatch) -> None:

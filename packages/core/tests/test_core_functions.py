@@ -1,5 +1,5 @@
 """Custom autograd Functions in a standalone capture (Note [Custom autograd
-functions] in conveyor.functions): one node that keeps the Function's own
+functions] in conveyor.frontend.functions): one node that keeps the Function's own
 backward, the warned eager fallback where that cannot be, and inference."""
 
 import warnings
@@ -25,7 +25,7 @@ def _with_custom_function(x):
 
 
 def test_a_custom_autograd_function_needing_grad_is_one_node_with_its_own_backward():
-    """Note [Custom autograd functions] in conveyor.functions."""
+    """Note [Custom autograd functions] in conveyor.frontend.functions."""
     compiled = conveyor.compile(_with_custom_function)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -35,7 +35,7 @@ def test_a_custom_autograd_function_needing_grad_is_one_node_with_its_own_backwa
 
 
 def test_a_custom_autograd_function_behind_dynamo_is_one_node_with_its_own_backward():
-    """Note [Functions behind dynamo] in conveyor.functions."""
+    """Note [Functions behind dynamo] in conveyor.frontend.functions."""
     torch._dynamo.reset()
     compiled = torch.compile(_with_custom_function, backend="conveyor")
     with warnings.catch_warnings():

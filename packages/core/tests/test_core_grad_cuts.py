@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conveyor.analysis.grad_regions import probe_detach_recording, trace_below_autograd
 from conveyor.errors import CaptureError
-from conveyor.grad_regions import probe_detach_recording, trace_below_autograd
 from conveyor.testing import check
 
 aten = torch.ops.aten

@@ -1,4 +1,4 @@
-"""``conveyor.schema``: the op facts every stage asks, pinned over every aten overload.
+"""``conveyor.analysis.schema``: the op facts every stage asks, pinned over every aten overload.
 
 A change to the facts (a torch upgrade, an edit to the parser) shows up here as a
 broken rule or a changed named answer, to be judged, not as a silent change in
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 import torch.fx
-from conveyor.schema import (
+from conveyor.analysis.schema import (
     MUST_RUN_OPS,
     STORAGE_SWAPPING_OPS,
     UNDECLARED_WRITES,

@@ -3,8 +3,8 @@ import itertools
 import pytest
 from conveyor import Config, PipelineError, Plugins
 from conveyor.errors import ConfigError
-from conveyor.ordering import select, toposort
-from conveyor.pipeline import Pipeline
+from conveyor.protocol.ordering import select, toposort
+from conveyor.protocol.pipeline import Pipeline
 from conveyor.testing.pytest_plugin import stage_plugin
 from core_helpers import backend, wrapper
 

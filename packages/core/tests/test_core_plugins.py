@@ -7,7 +7,7 @@ import textwrap
 import conveyor
 import pytest
 from conveyor import Config, PipelineError, Plugins
-from conveyor.pipeline import Pipeline
+from conveyor.protocol.pipeline import Pipeline
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_misspelled_hookimpl_is_caught():
 
 
 def test_every_hook_is_documented():
-    from conveyor import hookspecs
+    from conveyor.protocol import hookspecs
 
     for name in dir(hookspecs):
         if name.startswith("conveyor_"):

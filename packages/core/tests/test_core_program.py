@@ -1,4 +1,4 @@
-"""The program record (``conveyor.program``): what it says, that it is
+"""The program record (``conveyor.analysis.program``): what it says, that it is
 computed once and only when asked, and the stage declarations checked when
 the pipeline is built."""
 
@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import conveyor
-import conveyor.functional_analysis
-import conveyor.program
+import conveyor.analysis.functional_analysis
+import conveyor.analysis.program
 import pytest
 import torch
 from conveyor import ConfigError, Lowering, Plugins, Request, StageSpec, hookimpl
-from conveyor.program import InputAliasing, Program
+from conveyor.analysis.program import InputAliasing, Program
 from conveyor.testing import check
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental import proxy_tensor
@@ -112,7 +112,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """Counts ``make_fx`` runs and record analyses (this test's patches only)
     through the default pipeline of the installed stages."""
     found: Counter[str] = Counter()
-    trace, analyze = proxy_tensor._MakefxTracer.trace, conveyor.functional_analysis.analyze
+    trace, analyze = proxy_tensor._MakefxTracer.trace, conveyor.analysis.functional_analysis.analyze
 
     def counted_trace(self: Any, *args: Any) -> Any:
         found["make_fx"] += 1
@@ -123,7 +123,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         return analyze(*args)
 
     monkeypatch.setattr(proxy_tensor._MakefxTracer, "trace", counted_trace)
-    monkeypatch.setattr(conveyor.program, "analyze", counted_analyze)
+    monkeypatch.setattr(conveyor.analysis.program, "analyze", counted_analyze)
     monkeypatch.setenv("CONVEYOR_CACHE", "0")
     monkeypatch.setenv("CONVEYOR_AUTOLOAD", "1")
     monkeypatch.setenv("CONVEYOR_PLUGINS", "dedupe,synthetic_base,functionalize,autograd")

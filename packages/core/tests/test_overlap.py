@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conveyor.overlap import Layout, overlaps
+from conveyor.analysis.overlap import Layout, overlaps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

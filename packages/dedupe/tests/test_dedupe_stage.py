@@ -122,7 +122,7 @@ def test_same_object_and_equal_view_are_different_cache_entries(dedupe_only: Cal
 
 
 def test_grad_mode_of_each_op_survives_the_retrace(dedupe_only: Callable[[Any], Any]) -> None:
-    from conveyor.grad_regions import GRAD_META
+    from conveyor.analysis.grad_regions import GRAD_META
 
     def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conveyor.capture import trace_user
+from conveyor.frontend.capture import trace_user
 from conveyor_functionalize import InputInfo, OutputInfo, OutputKind, ProgramMeta, analyze
 from conveyor_functionalize.layout import FunctionalLayout
 from conveyor_functionalize.trace import trace_functional

@@ -274,7 +274,7 @@ def test_a_view_geometry_in_symbols_the_viewed_tensor_carries_in_a_multiple() ->
     """Mixtral's MoE block (behind dynamo, after its expert loop's graph
     break): an input of ``2*s`` rows reshaped to ``(2, s, 32)``. ``s`` is
     read back as ``v.size(0) // 2``."""
-    from conveyor.dynamic_shapes import symbolic_fakes
+    from conveyor.runtime.dynamic_shapes import symbolic_fakes
     from conveyor_functionalize.views import SymbolicGeometry
 
     mode, (fake,) = symbolic_fakes([torch.randn(2, 5, 8)], frozenset({(0, 1)}))

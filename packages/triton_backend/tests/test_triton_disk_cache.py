@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conveyor import files
+from conveyor.runtime import files
 from conveyor.testing import check
 from conveyor.testing.round_trip import check_round_trip
 from conveyor_triton import kernel_cache, reports
@@ -29,7 +29,7 @@ def test_a_loaded_program_runs_its_kernels(tmp_path: Path) -> None:
     assert any(r.kernels for r in reports(checked.compiled)), "the loaded program runs no kernel"
 
 
-# -- Note [Caches only the user can write] (conveyor.files) --------------------------------
+# -- Note [Caches only the user can write] (conveyor.runtime.files) --------------------------------
 FLAG = "conveyor_planted_kernel_ran"
 
 

@@ -71,7 +71,7 @@ def size_in_bytes(node: torch.fx.Node) -> int:
 
 def is_recomputable(node: torch.fx.Node) -> bool:
     """Cheap enough to compute twice; never a random op (nor one that writes,
-    swaps storage or has an effect: ``conveyor.schema``'s ``recomputable``)."""
+    swaps storage or has an effect: ``conveyor.analysis.schema``'s ``recomputable``)."""
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:

@@ -179,7 +179,7 @@ def wrap(
     function: type[CompiledFunction] = CompiledFunction,
 ) -> CompiledFn:
     """The stage's compiled callable: flat args in, user outputs out. It
-    pickles (Note [Picklable run-time callables] in ``conveyor.artifacts``)
+    pickles (Note [Picklable run-time callables] in ``conveyor.protocol.artifacts``)
     as the program's :class:`BackwardGraph`: the program's own
     ``CompiledFunction`` class is made again on load."""
 

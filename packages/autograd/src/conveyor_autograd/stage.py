@@ -73,7 +73,7 @@ class Autograd:
                 )
             if joint is None:
                 return Lowering.passthrough(request)
-            stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.stamps)
+            stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.protocol.stamps)
             parts = split(joint, partitioner(joint))
             return lower_split(request, parts)
 

@@ -1,16 +1,16 @@
 """conveyor: an ahead-of-time compiler pipeline for PyTorch, built from stages."""
 
 from conveyor.__about__ import __version__
-from conveyor.capture import retrace
+from conveyor.analysis.grad_regions import call_graph
 from conveyor.compiled import Compiled, compile, last_graphs
-from conveyor.config import Config, resolve
 from conveyor.errors import CaptureError, ConfigError, ConveyorError, DataDependentError, PipelineError, StageError
-from conveyor.grad_regions import call_graph
-from conveyor.hookspecs import hookimpl
-from conveyor.pipeline import Pipeline
-from conveyor.plugins import Plugins
-from conveyor.stage import CompiledFn, Lowering, Request, StageSpec
-from conveyor.stamps import StageGraph, stamp
+from conveyor.frontend.capture import retrace
+from conveyor.protocol.config import Config, resolve
+from conveyor.protocol.hookspecs import hookimpl
+from conveyor.protocol.pipeline import Pipeline
+from conveyor.protocol.plugins import Plugins
+from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.protocol.stamps import StageGraph, stamp
 
 __all__ = [
     "CaptureError",

@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from conveyor.config import resolve
 from conveyor.errors import ConveyorError
-from conveyor.pipeline import Pipeline
-from conveyor.stage import StageSpec
+from conveyor.protocol.config import resolve
+from conveyor.protocol.pipeline import Pipeline
+from conveyor.protocol.stage import StageSpec
 
 
 def stages(args: argparse.Namespace) -> int:

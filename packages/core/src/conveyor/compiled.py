@@ -33,20 +33,22 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.hooks import RemovableHandle
 
-from conveyor import cache, dynamic_shapes, dynamo, sharing
-from conveyor.capture import CallLayout, ModuleState, capture, lifted_state
-from conveyor.config import Config, resolve
-from conveyor.entry_guard import EntryGuard
+from conveyor import dynamo
+from conveyor.analysis import sharing
 from conveyor.errors import CaptureError, DataDependentError, DynamoSplits, EagerFallback
-from conveyor.fallback import watching_capture
-from conveyor.lowering import warn_eager
-from conveyor.objects import ObjectArgs, walk_args
-from conveyor.pipeline import Pipeline, StageGraph
-from conveyor.plugins import Plugins
-from conveyor.stage import CompiledFn
-from conveyor.subclass_joint import compile_program
-from conveyor.subclasses import boundary_key
-from conveyor.wrappers import hooks_key, refuse_distributed_wrapper
+from conveyor.frontend.capture import CallLayout, ModuleState, capture, lifted_state
+from conveyor.frontend.fallback import watching_capture
+from conveyor.frontend.objects import ObjectArgs, walk_args
+from conveyor.frontend.subclasses import boundary_key
+from conveyor.frontend.wrappers import hooks_key, refuse_distributed_wrapper
+from conveyor.protocol.config import Config, resolve
+from conveyor.protocol.lowering import warn_eager
+from conveyor.protocol.pipeline import Pipeline, StageGraph
+from conveyor.protocol.plugins import Plugins
+from conveyor.protocol.stage import CompiledFn
+from conveyor.runtime import cache, dynamic_shapes
+from conveyor.runtime.entry_guard import EntryGuard
+from conveyor.runtime.subclass_joint import compile_program
 
 
 @dataclass(frozen=True)
@@ -366,15 +368,15 @@ def compile(fn: Callable[..., Any], *, plugins: Plugins | None = None, **options
 
 def last_graphs(compiled: Any) -> tuple[StageGraph, ...]:
     """Every graph the last call of a compiled function ran, stamped with the
-    stage that produced it (Note [Stamps] in ``conveyor.stamps``): the
+    stage that produced it (Note [Stamps] in ``conveyor.protocol.stamps``): the
     result of ``conveyor.compile``, or of ``torch.compile(...,
     backend="conveyor")`` (that object's graphs: Note [Graphs of a
-    torch.compile'd object] in ``conveyor.dynamo_graphs``).
+    torch.compile'd object] in ``conveyor.runtime.dynamo_graphs``).
 
     :raises ValueError: ``compiled`` has not run a compiled graph yet, or
         conveyor compiled none for it.
     """
-    from conveyor.dynamo_graphs import graphs_of
+    from conveyor.runtime.dynamo_graphs import graphs_of
 
     if isinstance(compiled, Compiled):
         if compiled.last is None:

@@ -27,16 +27,18 @@ import torch.fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from conveyor import cache, dynamo_graphs, functions, sharing, subclasses
-from conveyor.capture import trace_user
-from conveyor.closure import trace_closing_over
-from conveyor.config import resolve
+from conveyor.analysis import sharing
 from conveyor.errors import DataDependentError, EagerFallback
-from conveyor.fallback import watching_capture
-from conveyor.lowering import warn_eager
-from conveyor.pipeline import Pipeline, StageGraph
-from conveyor.stage import CompiledFn
-from conveyor.subclass_joint import compile_program
+from conveyor.frontend import functions, subclasses
+from conveyor.frontend.capture import trace_user
+from conveyor.frontend.closure import trace_closing_over
+from conveyor.frontend.fallback import watching_capture
+from conveyor.protocol.config import resolve
+from conveyor.protocol.lowering import warn_eager
+from conveyor.protocol.pipeline import Pipeline, StageGraph
+from conveyor.protocol.stage import CompiledFn
+from conveyor.runtime import cache, dynamo_graphs
+from conveyor.runtime.subclass_joint import compile_program
 
 
 def last_dynamo_graphs() -> tuple[StageGraph, ...]:
@@ -53,7 +55,7 @@ class DynamoCompiled:
         self.gm = gm
         self.pipeline = pipeline
         self.piece = dynamo_graphs.new_piece()  # Note [Graphs of a torch.compile'd object]
-        # Note [Functions behind dynamo] in conveyor.functions: what capture traces
+        # Note [Functions behind dynamo] in conveyor.frontend.functions: what capture traces
         self._traced = functions.with_functions_as_nodes(gm)
         self._items = _read_with_item(gm, example_inputs)
         self._keyed = tuple(s.cache_key for s in pipeline.stages if s.cache_key is not None)

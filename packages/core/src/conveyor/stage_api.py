@@ -9,7 +9,7 @@ sources for it. The names, by what they are for:
 
 * the protocol: the request a stage lowers, what it returns, its spec and
   errors, the plugin hook marker, stamping its graphs, tracing;
-* facts about ops (``conveyor.schema``): which ops view, write, are random or
+* facts about ops (``conveyor.analysis.schema``): which ops view, write, are random or
   must run, and their aliasing;
 * facts about one program: the program record (``Program``, its typed index
   spaces and per-input/output facts), the memory layout of tensors
@@ -20,21 +20,12 @@ sources for it. The names, by what they are for:
   rule for reading and writing there (Note [Caches only the user can write]).
 """
 
-from conveyor.artifacts import reducible
-from conveyor.capture import retrace
-from conveyor.config import resolve
-from conveyor.errors import DataDependentError, StageError
-from conveyor.files import may_read, may_write, user_cache_dir, write_atomic
-from conveyor.functional_run import FunctionalRun, from_functional, run_functional
-from conveyor.grad_regions import GRAD_META, call_graph, detach_no_grad_results
-from conveyor.hookspecs import hookimpl
-from conveyor.lowering import eager_lowering, warn_eager
-from conveyor.overlap import Layout, overlaps, overlaps_itself, span
-from conveyor.pipeline import Pipeline
-from conveyor.plugins import Plugins
-from conveyor.program import Program
-from conveyor.program_meta import BaseIdx, InputIdx, InputInfo, OutputIdx, OutputInfo, OutputKind, ProgramMeta
-from conveyor.schema import (
+from conveyor.analysis.functional_run import FunctionalRun, from_functional, run_functional
+from conveyor.analysis.grad_regions import GRAD_META, call_graph, detach_no_grad_results
+from conveyor.analysis.overlap import Layout, overlaps, overlaps_itself, span
+from conveyor.analysis.program import Program
+from conveyor.analysis.program_meta import BaseIdx, InputIdx, InputInfo, OutputIdx, OutputInfo, OutputKind, ProgramMeta
+from conveyor.analysis.schema import (
     OpAliasing,
     is_effectful,
     is_random,
@@ -46,9 +37,18 @@ from conveyor.schema import (
     writes,
     written_positions,
 )
-from conveyor.sharing import storage_groups, unshared
-from conveyor.stage import CompiledFn, Lowering, Request, StageSpec
-from conveyor.stamps import StageGraph, stamp
+from conveyor.analysis.sharing import storage_groups, unshared
+from conveyor.errors import DataDependentError, StageError
+from conveyor.frontend.capture import retrace
+from conveyor.protocol.artifacts import reducible
+from conveyor.protocol.config import resolve
+from conveyor.protocol.hookspecs import hookimpl
+from conveyor.protocol.lowering import eager_lowering, warn_eager
+from conveyor.protocol.pipeline import Pipeline
+from conveyor.protocol.plugins import Plugins
+from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.protocol.stamps import StageGraph, stamp
+from conveyor.runtime.files import may_read, may_write, user_cache_dir, write_atomic
 
 __all__ = [
     "GRAD_META",

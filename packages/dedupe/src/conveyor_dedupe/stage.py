@@ -51,13 +51,13 @@ def _deduping(compiled: CompiledFn, mapping: DedupeMap) -> CompiledFn:
         args.clear()
         return compiled(inner)
 
-    return reducible(run, _deduping, compiled, mapping)  # Note [Picklable run-time callables] in conveyor.artifacts
+    return reducible(run, _deduping, compiled, mapping)  # Note [Picklable run-time callables] in conveyor.protocol.artifacts
 
 
 def cache_key(flat: Sequence[Any]) -> tuple[int, ...]:
     """Which flat arguments are the same tensor object: ``f(x, x)`` and
     ``f(x, y)`` compile separately. Where the core's storage scan of this
-    call (``conveyor.sharing.unshared``, computed once per call) says that no
+    call (``conveyor.analysis.sharing.unshared``, computed once per call) says that no
     two tensor inputs share a storage, none is passed twice: ``()``, with
     no scan of our own."""
     return () if unshared(flat) else first_positions(flat)

@@ -3,7 +3,7 @@ functional graph and replays mutations and output aliases at run time.
 
 Public API: :func:`analyze` and the metadata it returns (:class:`ProgramMeta`,
 :class:`InputInfo`, :class:`OutputInfo`, :class:`OutputKind`), which live in
-the core's program record (``conveyor.program_meta``) and are re-exported
+the core's program record (``conveyor.analysis.program_meta``) and are re-exported
 here under their old names. A stage reads them from ``request.program.meta``.
 """
 
@@ -41,7 +41,7 @@ __all__ = [
 def analyze(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) -> ProgramMeta:
     """:class:`ProgramMeta` of ``graph`` called on ``inputs`` (fake values
     of ``fake_mode``), under the current grad mode: the program record's
-    exact part (``conveyor.program.Program.meta``).
+    exact part (``conveyor.analysis.program.Program.meta``).
 
     :raises StageError: when inputs that overlap are mutated (that needs the
         ``dedupe`` / ``synthetic_base`` stages first).

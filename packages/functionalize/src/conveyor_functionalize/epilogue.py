@@ -314,5 +314,5 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
                 outs[k] = r.view.regenerate(outs[r.index])
         return outs
 
-    return reducible(run, _runtime, plan, inner)  # Note [Picklable run-time callables] in conveyor.artifacts
+    return reducible(run, _runtime, plan, inner)  # Note [Picklable run-time callables] in conveyor.protocol.artifacts
 

@@ -5,7 +5,7 @@ Note [No-grad writes keep autograd identity]: in eager, after
 the same autograd node as before (a leaf stays a leaf), so a later ``w * x``
 sends gradient to ``w``'s history as if the write were the identity. In a
 functional graph the new value is a new node computed under ``no_grad`` (and
-detached, see ``conveyor.grad_regions``), so later reads would pass no
+detached, see ``conveyor.analysis.grad_regions``), so later reads would pass no
 gradient at all.
 
 So, when tracing the functional graph, each no-grad write into a tensor that

@@ -34,7 +34,7 @@ class Functionalize:
     from its graph alone passes through untraced (Note [Nothing to
     functionalize]).
 
-    Note [Views under inference_mode] (``conveyor.program``): the stage
+    Note [Views under inference_mode] (``conveyor.analysis.program``): the stage
     traces with inference mode off as the record analyses (unless an input
     requires grad); the graph is the same, and at run time it runs under the
     caller's mode."""

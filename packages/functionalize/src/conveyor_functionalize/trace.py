@@ -1,7 +1,7 @@
 """Tracing the functional graph inner stages receive.
 
 The traced function runs the request's graph on functional tensors
-(``conveyor.functional_run.run_functional``, with
+(``conveyor.analysis.functional_run.run_functional``, with
 :class:`~conveyor_functionalize.grad_identity.IdentityKeepingInterpreter`) and returns what :class:`FunctionalLayout` names:
 updated inputs, computed user outputs, intermediate bases. ``no_grad``
 regions stay visible as ``detach`` nodes, as in capture (a value computed

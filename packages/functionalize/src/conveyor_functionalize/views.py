@@ -291,7 +291,7 @@ def no_grad_view_outputs(graph: torch.fx.GraphModule) -> frozenset[int]:
     x.view(-1)`` of an ``x`` that requires grad is a view of ``x`` that
     requires grad as a leaf of its own (``grad_fn`` None; a backward through
     it stops there). Capture marks the region by a ``detach`` after the view
-    (``conveyor.grad_regions``), which the analysis reads as a detached
+    (``conveyor.analysis.grad_regions``), which the analysis reads as a detached
     output; the epilogue instead rebuilds such an output under ``no_grad``
     from the real tensor it views (an input, an output, an intermediate
     base), as eager made it, or, for a view of an intermediate the epilogue

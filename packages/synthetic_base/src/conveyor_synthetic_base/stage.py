@@ -93,12 +93,12 @@ def _wrapped(compiled: CompiledFn, mapping: BaseMap, layout: OutputLayout) -> Co
         outs = compiled(mapping.to_inner(args))
         return layout.apply(args, outs)
 
-    return reducible(run, _wrapped, compiled, mapping, layout)  # Note [Picklable run-time callables] in conveyor.artifacts
+    return reducible(run, _wrapped, compiled, mapping, layout)  # Note [Picklable run-time callables] in conveyor.protocol.artifacts
 
 
 def cache_key(flat: Sequence[Any]) -> Any:
     """The inputs that share storage: their layouts, dtypes, requires_grad,
     and which of them view one tensor (overlap follows from the layouts).
     ``()`` at once where the core's storage scan of this call
-    (``conveyor.sharing.unshared``) says no two share one."""
+    (``conveyor.analysis.sharing.unshared``) says no two share one."""
     return () if unshared(flat) else shared_storages(flat)

@@ -35,7 +35,7 @@ def _received_outputs(request: Request) -> list[Any]:
 class TritonBackend:
     """Compiles a request's graph into a :class:`~conveyor_triton.program.Program`.
 
-    It stamps (Note [Stamps] in ``conveyor.stamps``) the graph it lowered,
+    It stamps (Note [Stamps] in ``conveyor.protocol.stamps``) the graph it lowered,
     after its decompositions, with the program as the stamp's artifact (what
     :func:`conveyor_triton.programs` and :func:`conveyor_triton.reports`
     find), and the ``"kernels"`` step: that graph with each fusion group

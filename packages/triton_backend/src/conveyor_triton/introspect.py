@@ -2,7 +2,7 @@
 
 ``conveyor.last_graphs(compiled)`` lists the graph after each stage; the
 triton backend's own stamp (the graph it lowered) carries the program it
-built as the stamp's ``artifact`` (Note [Stamps] in ``conveyor.stamps``).
+built as the stamp's ``artifact`` (Note [Stamps] in ``conveyor.protocol.stamps``).
 These helpers collect them.
 """
 

@@ -8,7 +8,7 @@ entry whose content does not match its hash (a torn or corrupt file) is
 rewritten rather than trusted.
 
 Importing a kernel runs it, so the folder must be the user's alone (Note
-[Caches only the user can write] in :mod:`conveyor.files`): folders are made
+[Caches only the user can write] in :mod:`conveyor.runtime.files`): folders are made
 0700 and files 0600; when the cache folder, or the folder of an entry, is
 owned by someone else or writable by group or others, one warning names it
 and the kernels go to a private temporary folder of this process instead

@@ -1,7 +1,7 @@
 """The fusion groups of a program, as a graph a user can read.
 
 The triton backend stamps it as its ``"kernels"`` step (Note [Stamps] in
-``conveyor.stamps``): the lowered graph with each fusion group folded into
+``conveyor.protocol.stamps``): the lowered graph with each fusion group folded into
 one call of its kernel, which takes the values the kernel loads and returns
 the values it stores; the nodes that run as aten calls (views, fallbacks)
 stay as they are. So ``print(g)`` of that stamp reads as the program runs::

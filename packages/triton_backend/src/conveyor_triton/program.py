@@ -1,7 +1,7 @@
 """The compiled program: kernel launches and aten calls, in order.
 
 A :class:`Program` is the backend's compiled callable (Note [Flat calling
-convention] in ``conveyor.stage``): it takes the list of flat inputs, runs its
+convention] in ``conveyor.protocol.stage``): it takes the list of flat inputs, runs its
 steps over an environment of real tensors keyed by graph node, and returns
 the graph's outputs. Views run as aten view ops (no copy) and kernels read
 their results through strides; a view of a fused value that is needed outside
@@ -72,7 +72,7 @@ class KernelStep:
             self.device = self.kernel.stores[0].node.meta["val"].device
 
     def __getstate__(self) -> dict[str, Any]:
-        # Note [Picklable run-time callables] in conveyor.artifacts: the loaded
+        # Note [Picklable run-time callables] in conveyor.protocol.artifacts: the loaded
         # jit functions are not stored; fn() loads them again from the sources
         return {**self.__dict__, "_fns": {}, "files": {}}
 

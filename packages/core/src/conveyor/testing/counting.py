@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from conveyor.pipeline import Pipeline
+from conveyor.protocol.pipeline import Pipeline
 
 
 @contextlib.contextmanager

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from conveyor.hookspecs import hookimpl
-from conveyor.plugins import Plugins
-from conveyor.stage import StageSpec
+from conveyor.protocol.hookspecs import hookimpl
+from conveyor.protocol.plugins import Plugins
+from conveyor.protocol.stage import StageSpec
 
 _CACHE_DIR_MADE: list[str] = []
 

@@ -1,5 +1,5 @@
 """A check for stage authors: a compiled program survives the persistent
-compile cache (Note [Picklable run-time callables] in ``conveyor.artifacts``)."""
+compile cache (Note [Picklable run-time callables] in ``conveyor.protocol.artifacts``)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def check_round_trip(fn: Callable[..., Any], *args: Any, folder: Path, **options
         cache logged is in the message) or does not match eager after a load.
     """
     import conveyor
-    from conveyor.pipeline import Pipeline
+    from conveyor.protocol.pipeline import Pipeline
 
     runs: list[object] = []
     original = Pipeline.compile

@@ -1,0 +1,243 @@
+"""What a program is: the record the core keeps for each request's graph.
+
+Note [The program record]: stages must not re-derive what another stage or
+the core already knows. Every :class:`~conveyor.protocol.stage.Request` carries one
+:class:`Program` (``request.program``) for its graph and fake inputs, and
+each part of it is computed the first time a stage asks and kept, so a
+pipeline whose stages ask nothing pays nothing, and a part asked by several
+stages is computed once. A stage that passes a request through unchanged
+hands the next stage the same record (with what it already holds); a new
+graph or new inputs make a new record.
+
+The parts, cheapest first:
+
+* :attr:`Program.aliasing`: the input aliasing signature, from the fake
+  inputs alone: which tensor inputs share a storage and which of those share
+  a byte (exact, ``conveyor.analysis.overlap``), as the compile-cache key groups them.
+* :attr:`Program.writing_nodes` and :attr:`Program.outputs_computed`: from
+  the graph and the op facts (``conveyor.analysis.schema``) without running anything:
+  the nodes that write memory or swap a storage, and whether every tensor
+  output is computed and aliases no input and no other output. With no
+  writing node and computed outputs the program is functional
+  (:attr:`Program.statically_functional`), so a stage with nothing to do
+  for it can pass it through without tracing.
+* :attr:`Program.analysis` / :attr:`Program.meta`: the exact per-input and
+  per-output facts (:class:`~conveyor.analysis.program_meta.ProgramMeta`: data,
+  metadata and storage mutations; how outputs alias inputs and
+  intermediates), from one run of the graph on functional tensors
+  (``conveyor.analysis.functional_analysis``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import torch
+import torch.fx
+
+from conveyor.analysis.functional_analysis import Analysis, analyze
+from conveyor.analysis.overlap import Layout, overlaps
+from conveyor.analysis.program_meta import ProgramMeta
+from conveyor.analysis.schema import op_facts
+from conveyor.analysis.sharing import storage_groups
+
+#: the parts of :class:`Program` a stage can declare it reads (``StageSpec.reads``)
+PARTS = ("aliasing", "writing_nodes", "outputs_computed", "statically_functional", "analysis", "meta")
+
+
+@dataclass(frozen=True)
+class InputAliasing:
+    """Which inputs share memory.
+
+    :ivar groups: per input, the position of the first tensor input in its
+        storage (itself when it is the first; ``-1`` for non-tensors and
+        non-strided tensors).
+    :ivar overlapping: the pairs ``(j, i)``, ``j < i``, of inputs in one
+        storage that have a byte in common (exact for static layouts; pairs
+        with a symbolic layout are taken to overlap).
+    """
+
+    groups: tuple[int, ...]
+    overlapping: frozenset[tuple[int, int]] = frozenset()
+
+    def __post_init__(self) -> None:
+        for j, i in self.overlapping:
+            if not j < i or self.groups[i] != self.groups[j] or self.groups[i] < 0:
+                raise ValueError(f"InputAliasing: ({j}, {i}) is not a pair of inputs in one storage")
+
+    @staticmethod
+    def of(inputs: Sequence[Any]) -> InputAliasing:
+        """The aliasing of ``inputs`` (fake or real tensors)."""
+        groups = storage_groups(inputs)
+        members: dict[int, list[int]] = {}
+        for i, g in enumerate(groups):
+            if g >= 0:
+                members.setdefault(g, []).append(i)
+        pairs = frozenset(
+            (j, i)
+            for group in members.values()
+            for n, i in enumerate(group)
+            for j in group[:n]
+            if _may_overlap(inputs[j], inputs[i])
+        )
+        return InputAliasing(groups, pairs)
+
+    @property
+    def shares_storage(self) -> bool:
+        """Some two tensor inputs share a storage."""
+        return any(g >= 0 and g != i for i, g in enumerate(self.groups))
+
+    def overlap(self, i: int, j: int) -> bool:
+        """Inputs ``i`` and ``j`` (different) have a byte in common."""
+        return (min(i, j), max(i, j)) in self.overlapping
+
+
+def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return overlaps(Layout.of(a), Layout.of(b))
+    except (TypeError, ValueError, RuntimeError):  # a symbolic size, stride or offset
+        return True
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """The record of one request's program (Note [The program record]).
+
+    :ivar graph: the request's graph.
+    :ivar inputs: its fake inputs, one per placeholder.
+    :ivar fake_mode: their fake mode.
+    :ivar grad_enabled: the grad mode the program will run under.
+    """
+
+    graph: torch.fx.GraphModule
+    inputs: tuple[Any, ...]
+    fake_mode: Any
+    grad_enabled: bool = True
+
+    @cached_property
+    def aliasing(self) -> InputAliasing:
+        """Which inputs share a storage, and which of those overlap."""
+        return InputAliasing.of(self.inputs)
+
+    @cached_property
+    def writing_nodes(self) -> tuple[torch.fx.Node, ...]:
+        """The nodes that write memory, declared or not (``native_batch_norm``'s
+        running statistics), or may swap a tensor's storage; a call of anything
+        but an aten op counts too (nothing says what it does)."""
+        return tuple(n for n in self.graph.graph.nodes if n.op == "call_function" and not _known_pure(n))
+
+    @cached_property
+    def outputs_computed(self) -> bool:
+        """Every tensor output is computed by the program and shares memory
+        with nothing the caller sees: each is a new value, or a chain of views
+        of an intermediate that no other output reaches; none is an input, a
+        view of one, or another output (``ProgramMeta``'s ``FRESH`` and
+        ``VIEW_OF_INTERMEDIATE`` outputs, told from the graph)."""
+        (output,) = (n for n in self.graph.graph.nodes if n.op == "output")
+        roots: set[torch.fx.Node] = set()
+        for value in output.args[0]:  # type: ignore[union-attr]
+            if not isinstance(value, torch.fx.Node) or not isinstance(value.meta.get("val"), torch.Tensor):
+                continue  # a constant, or a SymInt under dynamo: no memory
+            root = _view_root(value)
+            if root is None or root in roots or root.op != "call_function":
+                return False
+            roots.add(root)
+        return True
+
+    @property
+    def statically_functional(self) -> bool:
+        """No write and fresh outputs: the program is functional, known from
+        the graph and the op facts alone."""
+        return not self.writing_nodes and self.outputs_computed
+
+    @cached_property
+    def analysis(self) -> Analysis:
+        """The exact facts and the functional run they came from (one run,
+        the first time any stage asks).
+
+        Note [Views under inference_mode]: a program compiled under
+        ``torch.inference_mode()`` would be analysed on inference tensors,
+        whose views record no ``_base`` (so outputs that view one
+        intermediate look like unrelated fresh tensors) and which
+        functionalization refuses to resize. The analysis runs with inference
+        mode off (unless an input requires grad: a functional wrapper of an
+        inference tensor cannot), under the request's grad mode."""
+        requires_grad = any(isinstance(t, torch.Tensor) and t.requires_grad for t in self.inputs)
+        with torch.inference_mode(torch.is_inference_mode_enabled() and requires_grad):
+            with torch.set_grad_enabled(self.grad_enabled):
+                return analyze(self.graph, self.inputs, self.fake_mode)
+
+    @property
+    def meta(self) -> ProgramMeta:
+        """What the program mutates per input and how its outputs alias
+        (see :attr:`analysis`)."""
+        return self.analysis.meta
+
+
+def _known_pure(node: torch.fx.Node) -> bool:
+    """``node`` neither writes memory nor swaps a storage, by the op facts."""
+    target = node.target
+    if target is operator.getitem:
+        return True
+    if isinstance(target, torch._ops.OpOverload):
+        facts = op_facts(target)
+        return not (facts.writes_memory or facts.storage_swap)
+    # SymInt arithmetic (``operator.mul``, ``torch.sym_max``...) under dynamo
+    return not isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def _view_root(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The value ``node`` views, following chains of views (``node`` itself
+    when it is no view); ``None`` when the op facts cannot tell."""
+    while True:
+        if node.target is operator.getitem:  # an element of a multi-output op's result
+            source = node.args[0]
+            if not isinstance(source, torch.fx.Node):
+                return None
+            if not _returns_alias(source):
+                return node
+            node = source
+            continue
+        if node.op != "call_function" or not _returns_alias(node):
+            return node
+        viewed = _aliased_args(node)
+        if len(viewed) != 1:
+            return None
+        node = viewed[0]
+
+
+#: ops whose result shares its argument's memory although their schema
+#: declares no alias (functionalization makes them views, as eager's kernel is)
+_UNDECLARED_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
+
+
+def _returns_alias(node: torch.fx.Node) -> bool:
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return node.op == "call_function"  # an unknown call may return anything
+    if node.target in _UNDECLARED_VIEWS:
+        return True
+    return any(r.alias_sets for r in op_facts(node.target).aliasing.returns)
+
+
+def _aliased_args(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The node arguments whose memory ``node``'s result may alias."""
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return []
+    if node.target in _UNDECLARED_VIEWS:
+        first = node.args[0]
+        return [first] if isinstance(first, torch.fx.Node) else [node, node]
+    aliasing = op_facts(node.target).aliasing
+    sets = frozenset().union(*(r.alias_sets for r in aliasing.returns))
+    out: list[torch.fx.Node] = []
+    for k, arg in enumerate(aliasing.args):
+        if not arg.alias_sets & sets:
+            continue
+        value = node.args[k] if k < len(node.args) else node.kwargs.get(arg.name)
+        if not isinstance(value, torch.fx.Node):
+            return [node, node]  # a list or a missing argument: more than one candidate
+        out.append(value)
+    return out

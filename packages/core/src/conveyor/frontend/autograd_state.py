@@ -1,0 +1,153 @@
+"""Autograd state a program changes while it is traced.
+
+Note [Autograd state changed by the program]: ``x.requires_grad_()``,
+``x.requires_grad = ...``, ``x.detach_()`` and ``x.data = y`` change a
+tensor's autograd state or swap its data behind autograd's back; a graph
+traced below autograd records none of them. A program doing one of these runs
+eagerly, with a warning, with one exception.
+
+Note [Tensors the program makes require grad]: ``out.requires_grad_()`` on a
+tensor the program computed and that does not require grad makes it a new
+leaf of autograd's graph. transformers' ``enable_input_require_grads`` hook
+does this to the input embeddings, and wav2vec2's feature encoder sets
+``hidden_states.requires_grad = True``, so that gradient checkpointing sees an
+input requiring grad. No input's gradient can flow through such a leaf (it
+did not require grad before), so it changes only which outputs require grad
+and what its own ``.grad`` would hold. Both are what a graph cannot record;
+neither is seen when every output that depends on the leaf also requires
+grad through an input of the program, and the leaf itself is not an output.
+So the trace lets the change happen, as eager does, and afterwards walks
+each output's autograd graph (on fake tensors) for an input's
+``AccumulateGrad``: an output that requires grad only through such a leaf,
+or is one, makes the program run eagerly with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+from torch.overrides import TorchFunctionMode
+
+from conveyor.errors import EagerFallback
+from conveyor.frontend import fallback
+
+_REFUSED_METHODS = {torch.Tensor.requires_grad_: "requires_grad_", torch.Tensor.detach_: "detach_"}
+_REQUIRES_GRAD_SETTER = torch._C.TensorBase.__dict__["requires_grad"]
+_REFUSED_SETTERS = {_REQUIRES_GRAD_SETTER: "requires_grad (set)", torch._C.TensorBase.__dict__["data"]: "data (set)"}
+
+
+def _made_by_program(t: torch.Tensor) -> bool:
+    """``t`` is a value the traced program computed (an op's result in the
+    current ``make_fx`` trace), not an input, parameter or constant."""
+    mode = get_proxy_mode()
+    if mode is None:
+        return False
+    slot = get_proxy_slot(t, mode.tracer, None)
+    return slot is not None and slot.proxy.node.op == "call_function"
+
+
+class AutogradStateWatcher(TorchFunctionMode):
+    """Refuses the tensor methods of Note [Autograd state changed by the
+    program], but lets a computed tensor be made to require grad and keeps
+    it (Note [Tensors the program makes require grad])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: list[torch.Tensor] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        name = _REFUSED_METHODS.get(func)
+        setter = getattr(func, "__self__", None) if getattr(func, "__name__", None) == "__set__" else None
+        if name is None and setter is not None:
+            name = _REFUSED_SETTERS.get(setter)
+        if name is None:
+            return func(*args, **kwargs)
+        if func is torch.Tensor.requires_grad_ or setter is _REQUIRES_GRAD_SETTER:
+            tensor, flag = args[0], args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+            if isinstance(tensor, torch.Tensor) and bool(flag) == tensor.requires_grad:
+                return func(*args, **kwargs)  # no change
+            if isinstance(tensor, torch.Tensor) and flag and _made_by_program(tensor):
+                self.sources.append(tensor)
+                return func(*args, **kwargs)
+        raise EagerFallback(
+            f"it uses Tensor.{name}, which a captured graph cannot record (Note [Autograd state changed by the program])"
+        )
+
+    def refuse_outputs_needing_sources(self, outputs: Sequence[Any]) -> None:
+        """Raise :class:`EagerFallback` when an output is one of the tensors
+        the program made require grad, or requires grad only through them."""
+        if not self.sources:
+            return
+        sources = {id(t) for t in self.sources}
+        for out in outputs:
+            if isinstance(out, torch.Tensor) and out.requires_grad and _only_through(out, sources):
+                raise EagerFallback(
+                    "it makes a tensor it computed require grad (requires_grad_), and an output requires grad "
+                    "only through it, which a captured graph cannot record (Note [Tensors the program makes "
+                    "require grad])"
+                )
+
+
+def _only_through(out: torch.Tensor, sources: set[int]) -> bool:
+    """``out`` is a source, or its autograd graph reaches no leaf but the sources."""
+    if out.grad_fn is None:
+        return id(out) in sources
+    stack: list[Any] = [out.grad_fn]
+    seen: set[Any] = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        variable = getattr(fn, "variable", None)  # AccumulateGrad
+        if variable is not None and id(variable) not in sources:
+            return False
+        stack += [next_fn for next_fn, _ in fn.next_functions]
+    return True
+
+
+def refuse_inlined_functions(outputs: Sequence[Any]) -> None:
+    """Note [Functions applied past the capture]: capture records a custom
+    ``autograd.Function`` as one node, keeping its own backward (Note
+    [Custom autograd functions]), when the program calls ``Cls.apply``. A
+    reference to ``apply`` taken before the capture began (``gelu =
+    GeLUFunction.apply`` at import, a ``functools.partial``) bypasses that,
+    and the trace inlines the Function's forward: its backward would be lost
+    and gradients silently differ from eager's. The Function's backward node
+    is still on the outputs' autograd graph (fake tensors carry one), so it
+    is found there: such a program runs eagerly, with a warning naming the
+    Function. (A custom op's own autograd is a Function too, recorded as the
+    op: Note [Custom ops] in ``conveyor.frontend.fallback``. The subclass joint's
+    trace applies Functions as they are, outside the capture's watch, and
+    differentiates them above autograd: Note [Subclass programs in
+    training].)"""
+    if not fallback.watching():
+        return
+    stack: list[Any] = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+    seen: set[Any] = set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        cls = getattr(type(fn), "_forward_cls", None)  # a Python Function's backward node
+        if cls is not None and cls.__module__ != _CUSTOM_OP_AUTOGRAD:
+            raise EagerFallback(
+                f"it applies the torch.autograd.Function {cls.__qualname__} through a reference to its apply taken "
+                f"before the compile, which capture cannot see: its own backward would be lost (Note [Functions "
+                f"applied past the capture]); call {cls.__qualname__}.apply(...) in the program"
+            )
+        stack += [next_fn for next_fn, _ in fn.next_functions]
+
+
+#: where torch defines the Function behind a custom op's autograd
+_CUSTOM_OP_AUTOGRAD = "torch._library.autograd"
+
+
+def watching_user_code() -> AutogradStateWatcher:
+    """Active while the user's program runs inside a capture trace."""
+    return AutogradStateWatcher()

@@ -1,0 +1,229 @@
+"""Programs conveyor runs eagerly instead, with a warning.
+
+Note [Custom autograd functions] (in ``conveyor.frontend.functions``): a Function
+applied to tensors that require grad is captured as one node that keeps its
+own backward; one that cannot be (it writes its inputs, returns one of them,
+its forward cannot run on fake tensors...) runs the program eagerly, with a
+warning, for that specialization.
+
+Note [Reentrant checkpointing]: ``torch.utils.checkpoint(fn, *args,
+use_reentrant=True)`` applies ``CheckpointFunction``, whose backward runs
+``fn`` again and differentiates it: the same gradients as differentiating
+``fn`` directly, for less memory. Capture traces ``fn`` in its place, so the
+program compiles; what to save and what to recompute is then the partitioner's
+choice, as for any other part of the graph. (Non-reentrant checkpointing
+applies no Function and traces as it is.)
+
+Note [Autograd state changed by the program] is in ``conveyor.frontend.autograd_state``.
+
+Note [Seeding inside the program]: ``torch.manual_seed`` (or
+``set_rng_state``) is plain Python: a trace runs it once and records nothing,
+so the compiled program would not reseed on each call as eager does. Such a
+program runs eagerly, with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.autograd.function import Function
+from torch.utils.checkpoint import CheckpointFunction
+
+from conveyor.analysis.grad_regions import recorded_with_grad
+from conveyor.errors import ConveyorError, EagerFallback
+from conveyor.frontend import functions
+
+
+@contextlib.contextmanager
+def watching_capture() -> Iterator[None]:
+    """While tracing in this thread, a custom ``autograd.Function`` applied to
+    tensors that require grad (grad mode on), or a reseeding of the global
+    generator, raises :class:`EagerFallback`. Other threads are not affected
+    (Note [Watching a capture, thread by thread])."""
+    with _install_lock:
+        if _installed[0] == 0:
+            _install()
+        _installed[0] += 1
+    _capturing.depth = getattr(_capturing, "depth", 0) + 1
+    try:
+        yield
+    except Exception as exc:
+        if not isinstance(exc, ConveyorError) and _unrecordable_argument(exc):
+            # Note [Arguments a graph cannot hold]: an op given a storage (cuDNN's RNN
+            # weights are flattened with set_(storage, ...) on CUDA), which FX has no
+            # node argument for
+            raise EagerFallback(
+                f"an op in it takes an argument a graph cannot hold ({str(exc).splitlines()[0]}) "
+                "(Note [Arguments a graph cannot hold])"
+            ) from exc
+        if isinstance(exc, ConveyorError) or not _raised_by_torch_python_kernel(exc):
+            raise
+        # Note [Errors of torch's Python kernels]
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise EagerFallback(
+            f"capture on fake tensors raised {type(exc).__name__} ({first}) in one of torch's Python kernels, "
+            "which may refuse what eager's kernel runs or raise another error type "
+            "(Note [Errors of torch's Python kernels])"
+        ) from exc
+    finally:
+        _capturing.depth -= 1
+        with _install_lock:
+            _installed[0] -= 1
+            if _installed[0] == 0:
+                _uninstall()
+
+
+# Note [Errors of torch's Python kernels]: capture runs the program on fake
+# tensors, through torch's meta registrations and Python references
+# (``torch/_meta_registrations.py``, ``torch/_refs``, ``torch/_prims``,
+# ``torch/_decomp``), not eager's C++ kernels. These do not always agree with
+# eager on what they refuse: ``bool_tensor << 1`` runs in eager (the meta
+# kernel demands an integral dtype), and ``bool_tensor // 1`` raises
+# ``NotImplementedError`` in eager but ``RuntimeError`` in the reference. An
+# error raised from one of them during capture makes that specialization run
+# eagerly, with a warning: eager's kernel then decides (its result, or its
+# error with eager's type and message).
+_PYTHON_KERNEL_FILES = tuple(
+    os.path.join(os.path.dirname(torch.__file__), part)
+    for part in ("_meta_registrations.py", "_refs" + os.sep, "_prims" + os.sep, "_prims_common" + os.sep, "_decomp" + os.sep)
+)
+
+
+def _raised_by_torch_python_kernel(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in one of torch's meta registrations or
+    Python references (its innermost frame, past ``torch._check``'s own in
+    ``torch/__init__.py``)."""
+    frames = _files(exc)
+    while frames and frames[-1] == _TORCH_INIT:
+        frames.pop()
+    return bool(frames) and frames[-1].startswith(_PYTHON_KERNEL_FILES)
+
+
+_TORCH_INIT = os.path.join(os.path.dirname(torch.__file__), "__init__.py")
+_FX_PROXY = os.path.join(os.path.dirname(torch.__file__), "fx", "proxy.py")
+
+
+def _unrecordable_argument(exc: BaseException) -> bool:
+    """``exc`` is FX refusing to record an op's argument (``argument of type:
+    <class 'torch.storage.UntypedStorage'>``), raised in ``torch/fx/proxy.py``."""
+    files = _files(exc)
+    return isinstance(exc, NotImplementedError) and files[-1:] == [_FX_PROXY] and "argument of type" in str(exc)
+
+
+def _files(exc: BaseException) -> list[str]:
+    """The file of each frame ``exc`` passed through, the innermost last."""
+    files = []
+    tb = exc.__traceback__
+    while tb is not None:
+        files.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    return files
+
+
+# Note [Watching a capture, thread by thread]: ``Function.apply`` and the
+# seeding functions are plain Python, below no dispatch or function mode, so a
+# capture can only see them by wrapping them. The wrappers are installed once
+# while any thread captures (counted) and consult a thread-local flag: in a
+# thread that is not capturing they are torch's own functions, called through.
+_capturing = threading.local()
+_installed = [0]  # captures in flight, all threads
+_install_lock = threading.Lock()
+_SEEDING = ("manual_seed", "seed", "set_rng_state")
+# Note [Where Function.apply lives]: a classmethod in Python up to torch 2.13, a
+# descriptor implemented in C from 2.14 (no ``__func__``). Both bind to a class
+# through ``__get__(None, cls)``, which is how the original is called; the probe
+# below fails at import if ``apply`` is no longer a descriptor on ``Function``
+# itself, which the wrapping relies on.
+def _original_apply() -> Any:
+    found = Function.__dict__.get("apply")
+    if found is None or not hasattr(found, "__get__"):
+        raise ImportError(
+            f"conveyor: torch {torch.__version__} defines no torch.autograd.Function.apply descriptor on Function "
+            f"itself (found {found!r}); the capture's watch for custom autograd Functions "
+            "(Note [Where Function.apply lives] in conveyor.frontend.fallback) needs updating for this torch"
+        )
+    return found
+
+
+_ORIGINAL_APPLY = _original_apply()
+_ORIGINAL_SEEDING = {name: getattr(torch, name) for name in _SEEDING}
+
+
+def _in_capture() -> bool:
+    return bool(getattr(_capturing, "depth", 0))
+
+
+def watching() -> bool:
+    """A capture in this thread watches the program (:func:`watching_capture`)."""
+    return _in_capture()
+
+
+def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+    if _in_capture() and torch.is_grad_enabled() and cls.__module__ == _CUSTOM_OP_AUTOGRAD:
+        with recorded_with_grad():  # Note [Custom ops]
+            return original_apply(cls, *args, **kwargs)
+    if _in_capture() and torch.is_grad_enabled() and any(
+        t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+    ):
+        if cls is CheckpointFunction and not kwargs:  # Note [Reentrant checkpointing]
+            run_function, _preserve_rng_state, *inner = args
+            return run_function(*inner)
+        applied = functions.probe(cls, args) if not kwargs else "it is applied with keyword arguments"
+        if isinstance(applied, str):
+            raise EagerFallback(
+                f"torch.autograd.Function {cls.__qualname__} cannot be captured as one node with its own "
+                f"backward: {applied} (Note [Custom autograd functions] in conveyor.frontend.functions)"
+            )
+        return functions.apply_as_node(applied, args)
+    return original_apply(cls, *args, **kwargs)
+
+
+# Note [Custom ops]: a ``torch.library.custom_op`` with ``register_autograd``
+# differentiates through a Function torch makes for it (in this module), whose
+# forward runs the op below autograd: a trace records the op as one node, and
+# every later trace at the autograd level runs the op's own autograd formula.
+# It is applied as it is; the node it records is tagged with the caller's grad
+# mode, not the ``no_grad`` of the Function's forward.
+_CUSTOM_OP_AUTOGRAD = "torch._library.autograd"
+
+
+def original_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+    """``cls.apply(*args)`` through torch's own ``Function.apply``, whether or
+    not a capture has wrapped it."""
+    return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
+
+
+def _checked_seeding(name: str) -> Any:
+    original = _ORIGINAL_SEEDING[name]
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if _in_capture():
+            raise EagerFallback(f"it calls torch.{name}, which a captured graph cannot replay (Note [Seeding inside the program])")
+        return original(*args, **kwargs)
+
+    return call
+
+
+_CHECKED_SEEDING = {name: _checked_seeding(name) for name in _SEEDING}
+
+
+def _install() -> None:
+    Function.apply = classmethod(_checked_apply)  # type: ignore[method-assign,assignment]
+    for name, fn in _CHECKED_SEEDING.items():
+        setattr(torch, name, fn)
+        setattr(torch.random, name, fn)
+
+
+def _uninstall() -> None:
+    Function.apply = _ORIGINAL_APPLY  # type: ignore[method-assign]
+    for name, fn in _ORIGINAL_SEEDING.items():
+        setattr(torch, name, fn)
+        setattr(torch.random, name, fn)

@@ -1,0 +1,354 @@
+"""Custom autograd Functions captured as one node.
+
+Note [Custom autograd functions]: a ``torch.autograd.Function`` carries its
+own backward. Capture traces below autograd, where the Function's forward is
+just aten ops: inlined, the graph would lose the custom backward (a
+straight-through estimator, a gradient reversal) and with it eager's
+gradients. So capture records each application of a Function to tensors
+that require grad as one node, ``conveyor::apply_function``, a custom op:
+
+- its kernel (and its fake kernel) runs the Function's forward, as
+  ``apply`` under ``no_grad`` does: the values;
+- its autograd formula runs the Function's own backward, with the forward
+  recomputed (as under activation checkpointing);
+- outputs the Function marks non-differentiable are marked so by the op's
+  autograd too: they do not require grad, as in eager.
+
+Every stage before the autograd stage keeps the node as it is (it is a
+functional op); the autograd stage's joint trace records the forward as the
+node and the backward as the Function's backward, traced; backends call the
+node's kernel. An application is one of two kinds, both behind the one op:
+
+- ``Applied``, a Function applied in the program (``conveyor.compile``): the
+  autograd formula applies the Function again to the saved inputs with grad
+  enabled and differentiates that application, so ``ctx`` is the Function's
+  own;
+- ``AppliedBodies``, a Function dynamo traced (Note [Functions behind dynamo]).
+
+Before recording, the forward is run once on stand-ins: one that writes its
+inputs, returns one of them (or a view of one), or returns something other
+than tensors keeps the warned eager fallback, as does one its forward cannot
+run on fake tensors. Tensors are the op's ``tensors`` argument and symbolic
+ints (sizes under dynamic shapes) its ``ints``; other arguments are constants
+of the application. A program with such a node is not stored in the disk
+cache: the node names its application by an in-process index.
+
+Note [Functions behind dynamo]: dynamo traces a Function's ``forward`` and
+``backward`` into two graphs and applies them with the higher-order op
+``torch.ops.higher_order.autograd_function_apply(fwd_body, bwd_body, *args,
+non_differentiable_idx=..., saved_for_backward_idx=..., [dirty_idx=...])``:
+``fwd_body(*args)`` returns ``(outputs, saved)``, ``bwd_body(*grads,
+*saved)`` one gradient per argument (``None`` for sizes), both run under
+``no_grad``. Before capture, :func:`with_functions_as_nodes` points each such
+node of a copy of dynamo's graph at :func:`apply_bodies`, which records one
+``conveyor::apply_function`` node (an ``AppliedBodies``) where a gradient can
+flow, and traces ``fwd_body`` inline where none can. Its autograd formula runs
+``fwd_body`` again for ``saved`` and then ``bwd_body`` on the gradients,
+unused ones as zeros (eager's ``materialize_grads``): dynamo's own model,
+which the joint trace records as aten ops. A Function that marks an input
+dirty (``dirty_idx``: it writes it in place) or is given a symbolic float
+keeps the warned eager fallback.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+#: the op's qualified name, as graphs show it
+OP_NAME = "conveyor::apply_function"
+
+Grads = list[torch.Tensor | None]
+
+
+@dataclass(frozen=True)
+class Arguments:
+    """The arguments of one application with its tensors (at
+    ``tensor_positions``) and symbolic ints (at ``int_positions``) left out
+    (``None``): what the node passes at run time and what it holds."""
+
+    template: tuple[Any, ...]
+    tensor_positions: tuple[int, ...]
+    int_positions: tuple[int, ...]
+
+    @staticmethod
+    def of(args: Sequence[Any]) -> Arguments:
+        tensors = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        ints = tuple(i for i, a in enumerate(args) if isinstance(a, torch.SymInt))
+        template = tuple(None if i in tensors or i in ints else a for i, a in enumerate(args))
+        return Arguments(template, tensors, ints)
+
+    def tensors(self, args: Sequence[Any]) -> list[torch.Tensor]:
+        return [args[i] for i in self.tensor_positions]
+
+    def ints(self, args: Sequence[Any]) -> list[Any]:
+        return [args[i] for i in self.int_positions]
+
+    def fill(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[Any]:
+        args = list(self.template)
+        for pos, t in zip(self.tensor_positions, tensors, strict=True):
+            args[pos] = t
+        for pos, n in zip(self.int_positions, ints, strict=True):
+            args[pos] = n
+        return args
+
+
+class Application(Protocol):
+    """What one ``conveyor::apply_function`` node runs (Note [Custom autograd functions])."""
+
+    @property
+    def arguments(self) -> Arguments:
+        """Its arguments, tensors and symbolic ints left out."""
+
+    @property
+    def single(self) -> bool:
+        """It returned one tensor, not a tuple."""
+
+    @property
+    def non_differentiable(self) -> tuple[int, ...]:
+        """Output positions marked non-differentiable."""
+
+    def forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
+        """The outputs, computed without grad."""
+
+    def gradients(
+        self, tensors: Sequence[torch.Tensor], ints: Sequence[Any], requires: Sequence[bool], grads: Grads
+    ) -> Grads:
+        """The gradient of each tensor argument (``None`` where ``requires`` is false)."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One application site of a Function class in the program."""
+
+    cls: type
+    arguments: Arguments
+    single: bool
+    non_differentiable: tuple[int, ...]
+
+    def call(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
+        out = _original_apply(self.cls, *self.arguments.fill(tensors, ints))
+        return [out] if self.single else list(out)
+
+    def forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return self.call(tensors, ints)
+
+    def gradients(
+        self, tensors: Sequence[torch.Tensor], ints: Sequence[Any], requires: Sequence[bool], grads: Grads
+    ) -> Grads:
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(rg) for t, rg in zip(tensors, requires, strict=True)]
+            outs = self.call(leaves, ints)
+            pairs = [(o, g) for o, g in zip(outs, grads, strict=True) if g is not None and o.requires_grad]
+            wrt = [t for t in leaves if t.requires_grad]
+            found = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs else ()
+        it = iter(found)
+        return [next(it, None) if rg else None for rg in requires]
+
+
+@dataclass(frozen=True)
+class AppliedBodies:
+    """One application of a Function that dynamo traced into a forward and a
+    backward body (Note [Functions behind dynamo])."""
+
+    fwd: torch.fx.GraphModule
+    bwd: torch.fx.GraphModule
+    arguments: Arguments
+    single: bool
+    non_differentiable: tuple[int, ...]
+
+    def run_forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> tuple[list[torch.Tensor], list[Any]]:
+        """The outputs and the values saved for backward."""
+        with torch.no_grad():  # the body switches grad mode itself; this restores the caller's
+            outs, saved = self.fwd(*self.arguments.fill(tensors, ints))
+        return _as_list(outs), _as_list(saved)
+
+    def forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
+        return self.run_forward(tensors, ints)[0]
+
+    def gradients(
+        self, tensors: Sequence[torch.Tensor], ints: Sequence[Any], requires: Sequence[bool], grads: Grads
+    ) -> Grads:
+        outs, saved = self.run_forward([t.detach() for t in tensors], ints)
+        materialized = [torch.zeros_like(o) if g is None else g for o, g in zip(outs, grads, strict=True)]
+        with torch.no_grad():
+            found = _as_list(self.bwd(*materialized, *saved))
+        return [found[pos] if rg else None for pos, rg in zip(self.arguments.tensor_positions, requires, strict=True)]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+_APPLIED: dict[int, Application] = {}
+_keys = itertools.count()
+
+
+def _original_apply(cls: type, *args: Any) -> Any:
+    from conveyor.frontend.fallback import original_apply  # the unwrapped Function.apply
+
+    return original_apply(cls, *args)
+
+
+@functools.cache
+def _op() -> Any:
+    """The custom op, defined on first use."""
+
+    def forward(key: int, tensors: list[torch.Tensor], ints: list[int]) -> list[torch.Tensor]:
+        return _APPLIED[key].forward(tensors, ints)
+
+    # the same forward computes the values and, on fake tensors, their metadata
+    apply_function = torch.library.custom_op(OP_NAME, forward, mutates_args=())
+    apply_function.register_fake(forward)
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        key, tensors, ints = inputs
+        ctx.key, ctx.ints = key, ints
+        ctx.requires = tuple(t.requires_grad for t in tensors)
+        ctx.save_for_backward(*tensors)
+        marked = _APPLIED[key].non_differentiable
+        if marked:
+            ctx.mark_non_differentiable(*(output[i] for i in marked))
+
+    def backward(ctx: Any, grads: Grads) -> tuple[None, Grads, list[None] | None]:
+        found = _APPLIED[ctx.key].gradients(ctx.saved_tensors, ctx.ints, ctx.requires, list(grads))
+        # torch's tensor-list autograd matches the structure of the inputs: a list of
+        # ints is one leaf (its gradient: None), an empty list an empty list
+        return None, found, None if ctx.ints else []
+
+    apply_function.register_autograd(backward, setup_context=setup_context)
+    return torch.ops.conveyor.apply_function.default
+
+
+def is_apply_function(target: Any) -> bool:
+    """Whether an FX node's target is the op of captured Functions."""
+    return isinstance(target, torch._ops.OpOverload) and target.name() == OP_NAME
+
+
+def probe(cls: type, args: tuple[Any, ...]) -> Applied | str:
+    """The application of ``cls`` to ``args`` as one node, or why it cannot
+    be one (Note [Custom autograd functions]): the Function is run once on
+    stand-ins of the tensor arguments, outside the trace."""
+    arguments = Arguments.of(args)
+    if not arguments.tensor_positions:
+        return "its tensors are not direct arguments of apply"
+    if any(isinstance(leaf, torch.Tensor) for a in arguments.template for leaf in pytree.tree_leaves(a)):
+        return "it takes tensors inside containers"
+
+    def run(stand_ins: list[Any]) -> Any:
+        with torch.enable_grad():
+            return _original_apply(cls, *stand_ins)
+
+    found = _run_on_stand_ins(run, args, arguments)
+    if isinstance(found, str):
+        return found
+    out, outs = found
+    # floating outputs that do not require grad although their inputs do: marked non-differentiable
+    marked = tuple(i for i, o in enumerate(outs) if (o.is_floating_point() or o.is_complex()) and not o.requires_grad)
+    return Applied(cls, arguments, isinstance(out, torch.Tensor), marked)
+
+
+def probe_bodies(fwd: torch.fx.GraphModule, bwd: torch.fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AppliedBodies | str:
+    """dynamo's application of a Function (Note [Functions behind dynamo]) as
+    one node, or why it cannot be one: the forward body is run once on
+    stand-ins, outside the trace."""
+    if kwargs.get("dirty_idx"):
+        return "it marks an input dirty (writes it in place)"
+    if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in args):
+        return "it is given a symbolic float or bool"
+    arguments = Arguments.of(args)
+
+    def run(stand_ins: list[Any]) -> Any:
+        with torch.no_grad():
+            return fwd(*stand_ins)[0]
+
+    found = _run_on_stand_ins(run, args, arguments)
+    if isinstance(found, str):
+        return found
+    out, _ = found
+    return AppliedBodies(fwd, bwd, arguments, isinstance(out, torch.Tensor), tuple(kwargs.get("non_differentiable_idx", ())))
+
+
+def _run_on_stand_ins(
+    run: Callable[[list[Any]], Any], args: Sequence[Any], arguments: Arguments
+) -> tuple[Any, list[torch.Tensor]] | str:
+    """``run``'s result on stand-ins of ``args`` and its outputs as a list, or
+    why they cannot be one node's: it raised, it returned something other
+    than tensors, wrote its inputs, or returned one of them (or a view)."""
+    # outside the trace and the capture's own function modes (it watches the user's code)
+    with disable_proxy_modes_tracing(), torch._C.DisableTorchFunction():
+        stand_ins = [_stand_in(a) if isinstance(a, torch.Tensor) else a for a in args]
+        ins = arguments.tensors(stand_ins)
+        versions = [t._version for t in ins]
+        try:
+            out = run(stand_ins)
+        except Exception as exc:  # its own failure on fake tensors, named in the warning
+            return f"its forward cannot run on fake tensors ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        outs = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+        if outs is None or not outs or not all(isinstance(o, torch.Tensor) for o in outs):
+            return "it returns something other than tensors"
+        if [t._version for t in ins] != versions:
+            return "it writes to its inputs"
+        storages = {t.untyped_storage()._cdata for t in ins if t.layout is torch.strided}
+        if any(o.layout is torch.strided and o.untyped_storage()._cdata in storages for o in outs):
+            return "it returns one of its inputs or a view of one"
+    return out, outs
+
+
+def apply_as_node(applied: Application, args: Sequence[Any]) -> Any:
+    """Apply a probed application to ``args`` as one ``conveyor::apply_function`` node."""
+    key = next(_keys)
+    _APPLIED[key] = applied
+    # the op's own autograd is a custom op's (Note [Custom ops] in conveyor.frontend.fallback)
+    outs = _op()(key, applied.arguments.tensors(args), applied.arguments.ints(args))
+    return outs[0] if applied.single else tuple(outs)
+
+
+def with_functions_as_nodes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm``, or where dynamo's graph applies Functions
+    (``autograd_function_apply``), a copy that applies them through
+    :func:`apply_bodies` (Note [Functions behind dynamo]). The copy shares
+    ``gm``'s submodules and tensors."""
+    hop = getattr(torch.ops.higher_order, "autograd_function_apply", None)
+    if hop is None or not any(n.op == "call_function" and n.target is hop for n in gm.graph.nodes):
+        return gm
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is hop:
+            node.target = apply_bodies
+    return torch.fx.GraphModule(gm, graph)
+
+
+def apply_bodies(fwd: torch.fx.GraphModule, bwd: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+    """What ``autograd_function_apply(fwd, bwd, *args, **kwargs)`` records in
+    a capture (Note [Functions behind dynamo]): one node where a gradient can
+    flow, else the forward body, inline."""
+    if not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+        with torch.no_grad():  # as the Function's forward runs; no output requires grad
+            return fwd(*args)[0]
+    applied = probe_bodies(fwd, bwd, args, kwargs)
+    if isinstance(applied, str):
+        from conveyor.errors import EagerFallback
+
+        raise EagerFallback(
+            f"a torch.autograd.Function that dynamo traced cannot be captured as one node with its own backward: "
+            f"{applied} (Note [Functions behind dynamo] in conveyor.frontend.functions)"
+        )
+    return apply_as_node(applied, args)
+
+
+def _stand_in(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its ``requires_grad``, not a leaf when it requires
+    grad (an in-place op on it is then what the Function itself does)."""
+    copy = t.detach().clone()
+    return copy.requires_grad_().clone() if t.requires_grad else copy

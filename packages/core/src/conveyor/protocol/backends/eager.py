@@ -1,0 +1,35 @@
+"""The reference backend: run the final FX graph with aten, as it is."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch.fx
+
+from conveyor.analysis.grad_regions import drop_inert_detaches
+from conveyor.protocol.artifacts import reducible
+from conveyor.protocol.backends.direct_calls import direct_forward
+from conveyor.protocol.backends.fold_views import fold_transpose_pairs, linear_calls
+from conveyor.protocol.stage import CompiledFn, Request
+from conveyor.protocol.stamps import stamp
+
+
+class EagerBackend:
+    """Runs ``request.graph`` eagerly. Autograd, if the graph's ops need it,
+    is recorded by PyTorch as usual."""
+
+    def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
+        # under no_grad a detach that only feeds other nodes is a node eager never runs
+        graph = request.graph if request.grad_enabled else drop_inert_detaches(request.graph)
+        graph = linear_calls(fold_transpose_pairs(graph))  # Note [Transpose pairs], Note [Linear calls]
+        stamp(graph)  # the graph it runs (Note [Stamps])
+        return _running(graph)
+
+
+def _running(graph: torch.fx.GraphModule) -> CompiledFn:
+    # the graph's own generated code (not nn.Module's call machinery: hooks, which
+    # nothing registers on a stage's graph, cost a microsecond or two per call),
+    # calling each op's C++ operator directly (Note [Direct op calls])
+    run = direct_forward(graph)
+    return reducible(run, _running, graph)  # Note [Picklable run-time callables]

@@ -1,0 +1,29 @@
+"""The core's own plugin: runs stages, and contributes the ``eager`` backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from conveyor.protocol.backends.eager import EagerBackend
+from conveyor.protocol.hookspecs import hookimpl
+from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
+
+
+@hookimpl
+def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
+    register(
+        StageSpec(
+            name="eager",
+            kind="backend",
+            impl=EagerBackend(),
+            description="runs the final FX graph with aten (the reference backend)",
+        )
+    )
+
+
+@hookimpl(trylast=True)
+def conveyor_run_stage(stage: StageSpec, request: Request, options: Mapping[str, Any]) -> Lowering | CompiledFn:
+    if stage.kind == "backend":
+        return stage.impl.compile(request, options)
+    return stage.impl.lower(request, options)

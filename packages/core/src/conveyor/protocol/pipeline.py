@@ -1,0 +1,136 @@
+"""The pipeline driver: chosen stages, run outermost first, backend last.
+
+Compile time is one flat loop over the ordered stages: each stage runs on
+every request the stage before it handed on (a wrapper's ``Lowering`` gives
+one request, or several: the autograd stage's forward and backward). On the
+way back, each wrapper's ``wrap`` builds its run-time callable from the
+compiled callables of its requests, innermost stage first, so the first
+stage's prologue runs first and its epilogue last at run time. Every graph
+is stamped (Note [Stamps] in ``conveyor.protocol.stamps``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conveyor.errors import ConfigError, ConveyorError, StageError
+from conveyor.protocol import ordering
+from conveyor.protocol.config import Config
+from conveyor.protocol.plugins import Plugins, RegisteredStage
+from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.protocol.stamps import StageGraph, collecting, log_graphs
+
+__all__ = ["Pipeline", "StageGraph", "build_plugins"]
+
+
+def build_plugins(config: Config) -> Plugins:
+    plugins = Plugins()
+    if config.autoload:
+        plugins.load_entry_points(allow=config.plugins, block=config.block_plugins)
+    return plugins
+
+
+class Pipeline:
+    """The ordered, enabled stages of one configuration, ready to compile.
+
+    Building it checks everything that can be checked without a program:
+    stage names, options, requirements, ordering, the backend.
+    """
+
+    def __init__(self, config: Config, plugins: Plugins | None = None, *, default_backend: str = "eager") -> None:
+        self.config = config
+        self.plugins = plugins if plugins is not None else build_plugins(config)
+        self.available: dict[str, RegisteredStage] = self.plugins.stages()
+        specs = {name: r.spec for name, r in self.available.items()}
+        self.stages: tuple[StageSpec, ...] = tuple(ordering.select(specs, config, default_backend))
+        self.options: dict[str, dict[str, Any]] = {s.name: _options(s, config) for s in self.stages}
+        self._for_devices: dict[frozenset[str], Pipeline] = {}
+
+    @property
+    def backend(self) -> StageSpec:
+        return self.stages[-1]
+
+    def with_backend(self, backend: str) -> Pipeline:
+        """The same configuration with another default backend."""
+        return Pipeline(self.config, self.plugins, default_backend=backend)
+
+    def for_devices(self, devices: frozenset[str]) -> Pipeline:
+        """The pipeline for inputs on ``devices`` (device types): this one,
+        unless the configuration names no backend and an installed backend
+        declares itself the default for one of them (``StageSpec.default_for``;
+        the first by name when several do)."""
+        if self.config.backend is not None:
+            return self
+        found = self._for_devices.get(devices)
+        if found is None:
+            backends = sorted(
+                name
+                for name, r in self.available.items()
+                if r.spec.kind == "backend" and devices & set(r.spec.default_for)
+            )
+            found = self if not backends or backends[0] == self.backend.name else self.with_backend(backends[0])
+            self._for_devices[devices] = found
+        return found
+
+    def compile(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
+        """Run every stage's compile-time half; return the run-time callable
+        and every stamped graph, in the order they were made."""
+        graphs: list[StageGraph] = [StageGraph("capture", request.label, request.graph)]
+        requests: list[Request] = [request]
+        levels: list[list[Lowering]] = []  # per wrapper stage, a lowering per request it ran on
+        compiled: list[CompiledFn] = []
+        for stage in self.stages:
+            if stage.kind == "backend":
+                compiled = [self._compile(stage, r, graphs) for r in requests]
+                break
+            lowerings = [self._lower(stage, r, graphs) for r in requests]
+            levels.append(lowerings)
+            requests = [inner for lowering in lowerings for inner in lowering.requests]
+        for lowerings in reversed(levels):  # back up: each wrap takes its requests' compiled callables
+            taken = iter(compiled)
+            compiled = [lowering.wrap(*[next(taken) for _ in lowering.requests]) for lowering in lowerings]
+        log_graphs(tuple(graphs))
+        return compiled[0], tuple(graphs)
+
+    def _lower(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering:
+        """A wrapper stage on one request: its stamps, then each request it hands on."""
+        result = self._run(stage, request, graphs)
+        if not isinstance(result, Lowering):
+            raise StageError(stage.name, f"lower() returned {type(result).__name__}, not a Lowering")
+        graphs += [StageGraph(stage.name, inner.label, inner.graph) for inner in result.requests]
+        return result
+
+    def _compile(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> CompiledFn:
+        """The backend on one request: its stamps, among them the graph it
+        lowered (the graph it received, when it stamps none)."""
+        mark = len(graphs)
+        result = self._run(stage, request, graphs)
+        if isinstance(result, Lowering) or not callable(result):
+            raise StageError(stage.name, f"backend returned {type(result).__name__}, not a callable")
+        if not any(not g.step for g in graphs[mark:]):
+            graphs.append(StageGraph(stage.name, request.label, request.graph))
+        return result
+
+    def _run(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering | CompiledFn:
+        """One stage on one request, through the ``conveyor_run_stage`` hook
+        (plugins wrap it: timing, dumps); what the stage stamps goes to ``graphs``."""
+        with collecting(stage.name, request.label) as stamps:
+            try:
+                result = self.plugins.run_stage(stage, request, self.options[stage.name])
+            except ConveyorError:
+                raise
+            except Exception as exc:
+                raise StageError(stage.name, f"{type(exc).__name__}: {exc}") from exc
+        graphs += stamps
+        return result
+
+
+def _options(stage: StageSpec, config: Config) -> dict[str, Any]:
+    given: Mapping[str, Any] = config.options_for(stage.name)
+    unknown = sorted(set(given) - set(stage.options))
+    if unknown:
+        raise ConfigError(
+            f"stage {stage.name!r}: unknown option(s) {unknown}; valid options are {sorted(stage.options)}"
+        )
+    return {**stage.options, **given}

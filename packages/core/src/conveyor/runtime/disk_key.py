@@ -1,0 +1,286 @@
+"""The persistent compile cache's key: everything that changes what the
+pipeline makes of one request.
+
+Note [The disk cache key]: a sha256 over
+
+* the format version of the cache files;
+* the program: the captured graph's code, the plain-data part of every
+  node's ``meta`` (grad-mode regions and the like), the graph's ``meta``,
+  and every constant tensor it holds, by value;
+* each input: dtype, device, layout, sizes, strides, storage offset,
+  ``requires_grad``, leafness, conjugate / negative bits, and which inputs
+  share storage; non-tensor inputs by type and value;
+* the request's grad mode and label, and the process's autocast, inference
+  mode, default dtype and deterministic-algorithms switch;
+* the pipeline: each stage in order with its kind, options, and the
+  distribution and version that registered it;
+* the environment: the versions of Python, torch, every distribution that
+  registered a stage and every distribution those depend on directly; a
+  distribution installed editable (``pip install -e``) is also fingerprinted
+  by the size and modification time of each of its ``.py`` files, since its
+  code can change without a new version, and its own requirements are
+  followed in turn.
+
+:func:`program_key` returns ``None`` (with the reason) for a request it
+cannot key soundly: symbolic sizes (guards the pipeline adds must reach the
+live shape environment), a stage registered in-process (its code has no
+version), or options, inputs or graph attributes that are not plain data.
+Such requests compile as before and are not stored.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import torch
+import torch.fx
+
+from conveyor.analysis import sharing
+from conveyor.frontend.functions import is_apply_function
+from conveyor.protocol.stage import Request
+from conveyor.runtime import cache
+
+#: bump when the layout of stored entries changes
+FORMAT_VERSION = 2  # 2: the header records the key
+
+
+class Unkeyable(Exception):
+    """The request cannot be keyed soundly (the message says why)."""
+
+
+def program_key(pipeline: Any, request: Request) -> tuple[str | None, str]:
+    """``(key, "")`` for a request the cache can store, or ``(None, why)``."""
+    try:
+        parts = (
+            FORMAT_VERSION,
+            environment(_stage_distributions(pipeline)),
+            _pipeline_part(pipeline),
+            _global_part(request),
+            _inputs_part(request.inputs),
+            _graph_part(request.graph),
+        )
+    except Unkeyable as exc:
+        return None, str(exc)
+    return hashlib.sha256(repr(parts).encode()).hexdigest(), ""
+
+
+# -- the pipeline -------------------------------------------------------------
+def _stage_distributions(pipeline: Any) -> tuple[str, ...]:
+    found = []
+    for spec in pipeline.stages:
+        registered = pipeline.available[spec.name]
+        if registered.distribution is None:
+            raise Unkeyable(f"stage {spec.name!r} is registered in-process (its code has no version)")
+        found.append(registered.distribution)
+    return tuple(sorted(set(found)))
+
+
+def _pipeline_part(pipeline: Any) -> tuple[Any, ...]:
+    return tuple(
+        (
+            spec.name,
+            spec.kind,
+            pipeline.available[spec.name].distribution,
+            pipeline.available[spec.name].version,
+            _plain(pipeline.options[spec.name], f"stage {spec.name!r} options"),
+        )
+        for spec in pipeline.stages
+    )
+
+
+def _plain(value: Any, what: str) -> Any:
+    """``value`` as plain data with a stable ``repr``, or :class:`Unkeyable`."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return (type(value).__name__, value)
+    if isinstance(value, Path):
+        return ("path", str(value))
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_plain(v, what) for v in value))
+    if isinstance(value, Mapping):
+        return ("map", tuple(sorted((str(k), _plain(v, what)) for k, v in value.items())))
+    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return (type(value).__name__, str(value))
+    raise Unkeyable(f"{what}: a value of type {type(value).__name__} is not plain data")
+
+
+# -- the request and the process's modes --------------------------------------
+def _global_part(request: Request) -> tuple[Any, ...]:
+    return (
+        request.grad_enabled,
+        request.label,
+        cache._autocast_key(),
+        torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
+        torch.are_deterministic_algorithms_enabled(),
+    )
+
+
+def _inputs_part(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    per_input = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            if _symbolic(x):
+                raise Unkeyable("an input has symbolic sizes")
+            strided = x.layout is torch.strided
+            per_input.append(
+                (
+                    x.dtype,
+                    x.device,
+                    x.layout,
+                    tuple(x.shape),
+                    x.stride() if strided else None,
+                    x.storage_offset() if strided else None,
+                    x.requires_grad,
+                    x.is_leaf,
+                    x.is_conj(),
+                    x.is_neg(),
+                )
+            )
+        elif isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise Unkeyable("an input is a symbolic scalar")
+        else:
+            per_input.append(_plain(x, "a non-tensor input"))
+    return (tuple(per_input), sharing.storage_groups(inputs))
+
+
+def _symbolic(t: torch.Tensor) -> bool:
+    sizes = (*t.shape, *(t.stride() if t.layout is torch.strided else ()))
+    return any(isinstance(s, torch.SymInt) for s in sizes) or (
+        t.layout is torch.strided and isinstance(t.storage_offset(), torch.SymInt)
+    )
+
+
+# -- the graph ----------------------------------------------------------------
+def _graph_part(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    node_meta = []
+    constants = []
+    for node in gm.graph.nodes:
+        if is_apply_function(node.target):  # it names its Function by an in-process index
+            raise Unkeyable(f"node {node.name} applies a custom autograd Function (Note [Custom autograd functions])")
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and _symbolic(val):
+            raise Unkeyable(f"node {node.name} has symbolic sizes")
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise Unkeyable(f"node {node.name} is a symbolic value")
+        plain = tuple(sorted((k, v) for k, v in node.meta.items() if k not in _UNKEYED_META and _is_plain(v)))
+        if plain:
+            node_meta.append((node.name, plain))
+        if node.op in ("get_attr", "call_module"):
+            constants.append((str(node.target), _constant(gm, str(node.target))))
+    codegen = gm.graph._codegen
+    pytree_info = getattr(codegen, "pytree_info", None)
+    return (
+        gm.code,
+        type(codegen).__name__,
+        repr(pytree_info) if pytree_info is not None else None,
+        tuple(node_meta),
+        tuple(constants),
+        _plain(dict(gm.meta), "graph meta"),
+    )
+
+
+#: node meta that does not change the program: autograd's sequence numbers (a
+#: process-wide counter) and source locations
+_UNKEYED_META = frozenset({"seq_nr", "stack_trace"})
+
+
+def _is_plain(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, (tuple, list)) and all(_is_plain(v) for v in value)
+
+
+def _constant(gm: torch.fx.GraphModule, target: str) -> Any:
+    value: Any = functools.reduce(getattr, target.split("."), gm)
+    if not isinstance(value, torch.Tensor):
+        raise Unkeyable(f"graph attribute {target!r} is a {type(value).__name__}, not a tensor")
+    if value.layout is not torch.strided or type(value) not in (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer):
+        raise Unkeyable(f"graph constant {target!r} is not a plain strided tensor")
+    data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+    digest = hashlib.sha256(data.numpy().tobytes()).hexdigest()
+    return (value.dtype, tuple(value.shape), value.stride(), value.storage_offset(), value.requires_grad, digest)
+
+
+# -- the environment ----------------------------------------------------------
+@functools.lru_cache(maxsize=16)
+def environment(distributions: tuple[str, ...]) -> str:
+    """Python's and torch's versions, and those of ``distributions`` and of
+    what they depend on directly; editable installs are fingerprinted by their
+    sources, and what they depend on is followed in turn (computed once per
+    process per set of distributions)."""
+    seen: dict[str, Any] = {}
+    todo = ["conveyor-core", *distributions]
+    while todo:
+        name = _normalized(todo.pop())
+        if name in seen:
+            continue
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            seen[name] = "absent"
+            continue
+        source = _editable_source(dist)
+        seen[name] = (dist.version, _fingerprint(source) if source is not None else None)
+        for requirement in dist.requires or ():
+            match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+            if match is None or "extra ==" in requirement or _normalized(match.group(0)) in seen:
+                continue
+            required = _normalized(match.group(0))
+            try:
+                found = importlib.metadata.distribution(required)
+            except importlib.metadata.PackageNotFoundError:
+                seen[required] = "absent"
+                continue
+            if _editable_source(found) is not None:
+                todo.append(required)  # its code can change without a version: fingerprinted in turn
+            else:
+                seen[required] = (found.version, None)  # a version says what it is: not followed further
+    parts = (sys.version, torch.__version__, tuple(sorted(seen.items())))
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _editable_source(dist: importlib.metadata.Distribution) -> Path | None:
+    """The source folder of a distribution installed editable, else ``None``."""
+    text = dist.read_text("direct_url.json")
+    if not text:
+        return None
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return None
+    if not info.get("dir_info", {}).get("editable"):
+        return None
+    url = urlparse(info.get("url", ""))
+    if url.scheme != "file":
+        return None
+    root = Path(unquote(url.path))
+    return root / "src" if (root / "src").is_dir() else root
+
+
+_SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "tests"})
+
+
+def _fingerprint(root: Path) -> str:
+    """Size and modification time of every ``.py`` file under ``root``."""
+    entries = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS)
+        for f in sorted(files):
+            if f.endswith(".py"):
+                st = os.stat(os.path.join(folder, f))
+                entries.append((os.path.relpath(os.path.join(folder, f), root), st.st_size, st.st_mtime_ns))
+    return hashlib.sha256(repr((str(root), entries)).encode()).hexdigest()
