@@ -15,7 +15,18 @@ is kept and run at the stub, in order, with callbacks queued by callbacks
 run too, as the engine does. A call from any other thread, and every call
 made during a backward nested in the captured one (a reentrant checkpoint, a
 hook that calls ``torch.autograd.grad``), goes to the real engine untouched,
-so the swap changes nothing for code that is not ours.
+so the swap changes nothing for code that is not ours. The stand-in is an
+instance of the engine's own class (``torch._C._ImperativeEngine``, whose
+methods all reach torch's one engine), so a thread that looks at the engine
+(``isinstance``, dynamo tracing a ``queue_callback``) finds what it would
+find without us.
+
+Why a swap at all: torch offers no per-thread way in. Under compiled
+autograd the real engine appends ``queue_callback``'s callback to the
+running graph task's C++ ``final_callbacks_``, which no Python API reads or
+runs, and ``Variable._execution_engine`` is read from the class by every
+caller (torch's own ``queue_callback`` users included) at the moment of the
+call (checked with torch 2.13 and 2.14.1).
 """
 
 from __future__ import annotations
@@ -41,11 +52,17 @@ class Collector:
             self.pending.pop(0)()
 
 
-class _Engine:
-    """The engine, with ``queue_callback`` of a captured backward's thread kept aside."""
+class _Engine(torch._C._ImperativeEngine):
+    """The engine, with ``queue_callback`` of a captured backward's thread
+    kept aside; everything else goes to ``engine`` (torch's, or whatever
+    stood there before us)."""
 
     def __init__(self, engine: Any) -> None:
+        super().__init__()
         self._engine = engine
+
+    def is_checkpoint_valid(self) -> bool:
+        return bool(self._engine.is_checkpoint_valid())
 
     def queue_callback(self, callback: Callable[[], Any]) -> None:
         collector = getattr(_local, "collector", None)

@@ -16,19 +16,22 @@ applies no Function and traces as it is.)
 
 Note [Autograd state changed by the program] is in ``conveyor.frontend.autograd_state``.
 
-Note [Seeding inside the program]: ``torch.manual_seed`` (or
-``set_rng_state``) is plain Python: a trace runs it once and records nothing,
-so the compiled program would not reseed on each call as eager does. Such a
-program runs eagerly, with a warning.
+Note [Seeding inside the program]: ``torch.manual_seed`` (or ``seed``,
+``set_rng_state``, their ``torch.random`` and ``torch.cuda`` forms) is plain
+Python: a trace runs it once and records nothing, so the compiled program
+would not reseed on each call as eager does. Such a program runs eagerly,
+with a warning. The capture sees these calls without replacing any of
+torch's attributes: Note [Watching seeding without patching torch].
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -51,9 +54,11 @@ def watching_capture() -> Iterator[None]:
         if _installed[0] == 0:
             _install()
         _installed[0] += 1
+    outermost = not _in_capture()
     _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
-        yield
+        with _watching_seeding() if outermost else contextlib.nullcontext():
+            yield
     except Exception as exc:
         if not isinstance(exc, ConveyorError) and _unrecordable_argument(exc):
             # Note [Arguments a graph cannot hold]: an op given a storage (cuDNN's RNN
@@ -127,20 +132,42 @@ def _files(exc: BaseException) -> list[str]:
     return files
 
 
-# Note [Watching a capture, thread by thread]: ``Function.apply`` and the
-# seeding functions are plain Python, below no dispatch or function mode, so a
-# capture can only see them by wrapping them. The wrappers are installed once
-# while any thread captures (counted) and consult a thread-local flag: in a
-# thread that is not capturing they are torch's own functions, called through.
+# Note [Watching a capture, thread by thread]: ``Function.apply`` is Python
+# (torch 2.13) or C (2.14) below no dispatch or function mode, so a capture
+# can only turn an application into one node by wrapping it (Note [Why
+# Function.apply is still wrapped]). The wrapper is installed once while any
+# thread captures (counted) and consults a thread-local flag: in a thread
+# that is not capturing it is torch's own ``apply``, called through. Seeding
+# is watched in the capturing thread alone, with nothing of torch's replaced
+# (Note [Watching seeding without patching torch]).
 _capturing = threading.local()
 _installed = [0]  # captures in flight, all threads
 _install_lock = threading.Lock()
-_SEEDING = ("manual_seed", "seed", "set_rng_state")
 # Note [Where Function.apply lives]: a classmethod in Python up to torch 2.13, a
 # descriptor implemented in C from 2.14 (no ``__func__``). Both bind to a class
 # through ``__get__(None, cls)``, which is how the original is called; the probe
 # below fails at import if ``apply`` is no longer a descriptor on ``Function``
 # itself, which the wrapping relies on.
+#
+# Note [Why Function.apply is still wrapped]: capture must *replace* an
+# application by a ``conveyor::apply_function`` node (Note [Custom autograd
+# functions]), not only see it, and nothing torch offers reaches ``apply``
+# without replacing it (checked with torch 2.13 and 2.14.1):
+# - a ``TorchFunctionMode`` sees only the ops of the Function's forward
+#   (``mul``), never ``apply``; a dispatch mode sees less (below autograd);
+# - 2.13's Python ``apply`` goes to functorch's ``custom_function_call`` (a
+#   higher-order op a mode could take) only while a functorch transform is
+#   active (``torch._C._are_functorch_transforms_active()``, a thread-local
+#   interpreter stack): pushing one would run the whole program under that
+#   transform's wrappers, a different trace; 2.14's C ``apply`` enters
+#   Python only at the Function's own ``forward``;
+# - a profile hook (as seeding uses) sees the call but cannot return a value
+#   in its place.
+# So the wrapper stays, installed only while a capture is in flight and a
+# pass-through in every thread that is not capturing. What it misses (an
+# ``apply`` bound before the capture began) is refused from the outputs'
+# autograd graph (Note [Functions applied past the capture] in
+# ``conveyor.frontend.autograd_state``).
 def _original_apply() -> Any:
     found = Function.__dict__.get("apply")
     if found is None or not hasattr(found, "__get__"):
@@ -153,7 +180,6 @@ def _original_apply() -> Any:
 
 
 _ORIGINAL_APPLY = _original_apply()
-_ORIGINAL_SEEDING = {name: getattr(torch, name) for name in _SEEDING}
 
 
 def _in_capture() -> bool:
@@ -200,30 +226,125 @@ def original_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     return _ORIGINAL_APPLY.__get__(None, cls)(*args, **kwargs)
 
 
-def _checked_seeding(name: str) -> Any:
-    original = _ORIGINAL_SEEDING[name]
+# Note [Watching seeding without patching torch]: while this thread captures,
+# a profile hook (``sys.setprofile``: this thread's only) looks at each Python
+# call for the code of the seeding functions and raises :class:`EagerFallback`
+# as one starts, before it has run: the caller's generators are untouched, as
+# eager's would be by the call that has not happened yet. Why a hook and not
+# a comparison of the generators before and after the trace (fake tensors
+# draw nothing from them, so a change would be the program's):
+# - the default generators are the process's: another thread drawing from
+#   them while this one traces would look like a reseed (a spurious
+#   fallback), and rewinding them afterwards would repeat its numbers;
+# - a program that sets the state the generator already has
+#   (``manual_seed(0)`` just after the caller's own) changes nothing that can
+#   be compared, yet eager reseeds on every call and a compiled graph would
+#   not: the second call's random numbers would differ.
+# The hook catches both, and sees the functions however the program reached
+# them (``from torch import manual_seed`` included, and through the wrapper
+# ``import torch._dynamo`` puts on ``torch.manual_seed``, which the old
+# attribute patch kept from applying when dynamo was first imported during
+# a capture).
+# Its cost is the capture's only (every Python call in the trace goes
+# through it): a TransformerEncoderLayer's ``make_fx`` trace took 1.5-2.2x as
+# long, and a first call served by the compile cache about 70 ms instead of
+# 42 (a cold compile of it is about 500 ms), on torch 2.13 and 2.14.1 alike.
+# Where the thread already runs a profiler that Python cannot hand back (cProfile, torch.profiler's stack
+# tracer: ``sys.getprofile()`` is not callable), the hook is not installed
+# and the comparison is the fallback, with the limits above; a profile
+# function that is callable is called first by the hook, then the hook looks.
+# A generator's own methods (``torch.default_generator.manual_seed``) are
+# C and not watched, as they never were.
+def _seeding_code() -> dict[CodeType, str]:
+    """The code of each seeding function, and the name a message gives it."""
+    functions: dict[str, Callable[..., Any]] = {
+        "torch.manual_seed": torch.random.manual_seed,
+        "torch.seed": torch.random.seed,
+        "torch.set_rng_state": torch.random.set_rng_state,
+        "torch.cuda.manual_seed": torch.cuda.manual_seed,
+        "torch.cuda.manual_seed_all": torch.cuda.manual_seed_all,
+        "torch.cuda.seed": torch.cuda.seed,
+        "torch.cuda.seed_all": torch.cuda.seed_all,
+        "torch.cuda.set_rng_state": torch.cuda.set_rng_state,
+        "torch.cuda.set_rng_state_all": torch.cuda.set_rng_state_all,
+    }
+    return {fn.__code__: name for name, fn in functions.items()}
 
-    @functools.wraps(original)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        if _in_capture():
-            raise EagerFallback(f"it calls torch.{name}, which a captured graph cannot replay (Note [Seeding inside the program])")
-        return original(*args, **kwargs)
 
-    return call
+_SEEDING_CODE = _seeding_code()
 
 
-_CHECKED_SEEDING = {name: _checked_seeding(name) for name in _SEEDING}
+def _reseeding(what: str) -> EagerFallback:
+    return EagerFallback(f"it {what}, which a captured graph cannot replay (Note [Seeding inside the program])")
+
+
+def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
+    """The profile hook: a seeding function starting raises (CPython then
+    removes the hook from this thread; the capture restores the caller's)."""
+    if event == "call":
+        name = _SEEDING_CODE.get(frame.f_code)
+        if name is not None:
+            _capturing.reseeded = f"calls {name}"
+            raise _reseeding(_capturing.reseeded)
+
+
+def _after(previous: Callable[..., Any]) -> Callable[[FrameType, str, Any], None]:
+    """The hook, called after the thread's own (Python) profile function."""
+
+    def hook(frame: FrameType, event: str, arg: Any) -> None:
+        previous(frame, event, arg)
+        _refuse_seeding(frame, event, arg)
+
+    return hook
+
+
+@contextlib.contextmanager
+def _watching_seeding() -> Iterator[None]:
+    """Note [Watching seeding without patching torch]. A program that caught
+    the refusal and went on still runs eagerly: the call is remembered."""
+    _capturing.reseeded = None
+    previous = sys.getprofile()
+    if previous is not None and not callable(previous):
+        with _generators_unchanged():
+            yield
+        return
+    sys.setprofile(_refuse_seeding if previous is None else _after(previous))
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+    if _capturing.reseeded is not None:
+        raise _reseeding(_capturing.reseeded)
+
+
+@contextlib.contextmanager
+def _generators_unchanged() -> Iterator[None]:
+    """The fallback of Note [Watching seeding without patching torch]: the
+    default generators' states compared around the trace, and put back when
+    they changed (eager's run then starts from the caller's state)."""
+    before = _generator_states()
+    yield
+    after = _generator_states()
+    if len(after) != len(before) or not all(torch.equal(a, b) for a, b in zip(after, before, strict=False)):
+        _set_generator_states(before)
+        raise _reseeding("reseeds torch's default generator while it is traced")
+
+
+def _generator_states() -> list[torch.Tensor]:
+    """The CPU default generator's state, and each CUDA device's once CUDA is initialized."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+    return [torch.get_rng_state(), *cuda]
+
+
+def _set_generator_states(states: list[torch.Tensor]) -> None:
+    torch.set_rng_state(states[0])
+    if len(states) > 1:
+        torch.cuda.set_rng_state_all(states[1:])
 
 
 def _install() -> None:
     Function.apply = classmethod(_checked_apply)  # type: ignore[method-assign,assignment]
-    for name, fn in _CHECKED_SEEDING.items():
-        setattr(torch, name, fn)
-        setattr(torch.random, name, fn)
 
 
 def _uninstall() -> None:
     Function.apply = _ORIGINAL_APPLY  # type: ignore[method-assign]
-    for name, fn in _ORIGINAL_SEEDING.items():
-        setattr(torch, name, fn)
-        setattr(torch.random, name, fn)
