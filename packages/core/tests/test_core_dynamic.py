@@ -106,6 +106,36 @@ def test_a_stage_that_cannot_take_symbols_compiles_static_with_a_warning():
     assert not _symbolic(c.last)
 
 
+class BuggyUnderSymbols(GraphBackend):
+    def compile(self, request: Request, options):
+        if any(isinstance(t, torch.Tensor) and not all(isinstance(s, int) for s in t.shape) for t in request.inputs):
+            raise ValueError("a bug that shows only with symbolic sizes")
+        return super().compile(request, options)
+
+
+class DeclaresNoSymbols(GraphBackend):
+    def compile(self, request: Request, options):
+        if any(isinstance(t, torch.Tensor) and not all(isinstance(s, int) for s in t.shape) for t in request.inputs):
+            raise conveyor.SymbolicSizesUnsupported("declared", "static shapes only")
+        return super().compile(request, options)
+
+
+def test_only_a_declared_refusal_of_symbols_compiles_static():
+    """Core Note [Refusing symbolic sizes]: a stage's other failures are not
+    hidden behind a static compile."""
+    for name, impl, refuses in (("declared", DeclaresNoSymbols(), True), ("buggy", BuggyUnderSymbols(), False)):
+        plugins = Plugins()
+        plugins.register(stage_plugin(type(backend(name))(name=name, kind="backend", impl=impl)), name=name)
+        c = conveyor.compile(lambda x: x * 3, plugins=plugins, backend=name)
+        c(torch.ones(2))
+        if refuses:
+            with pytest.warns(UserWarning, match="static sizes: with symbolic sizes it failed: .*static shapes only"):
+                torch.testing.assert_close(c(torch.ones(3)), torch.full((3,), 3.0))
+        else:
+            with pytest.raises(conveyor.StageError, match="a bug that shows only with symbolic sizes"):
+                c(torch.ones(3))
+
+
 def test_the_dynamic_key_is_configuration():
     assert conveyor.resolve({"dynamic": True}).dynamic is True
     assert conveyor.resolve(environ={"CONVEYOR_DYNAMIC": "0"}).dynamic is False

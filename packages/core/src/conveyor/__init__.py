@@ -3,7 +3,15 @@
 from conveyor.__about__ import __version__
 from conveyor.analysis.grad_regions import call_graph
 from conveyor.compiled import Compiled, compile, last_graphs
-from conveyor.errors import CaptureError, ConfigError, ConveyorError, DataDependentError, PipelineError, StageError
+from conveyor.errors import (
+    CaptureError,
+    ConfigError,
+    ConveyorError,
+    DataDependentError,
+    PipelineError,
+    StageError,
+    SymbolicSizesUnsupported,
+)
 from conveyor.frontend.capture import retrace
 from conveyor.protocol.config import Config, resolve
 from conveyor.protocol.hookspecs import hookimpl
@@ -28,6 +36,7 @@ __all__ = [
     "StageError",
     "StageGraph",
     "StageSpec",
+    "SymbolicSizesUnsupported",
     "__version__",
     "call_graph",
     "compile",

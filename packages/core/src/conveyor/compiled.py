@@ -35,7 +35,14 @@ from torch.utils.hooks import RemovableHandle
 
 from conveyor import dynamo
 from conveyor.analysis import sharing
-from conveyor.errors import CaptureError, DataDependentError, DynamoSplits, EagerFallback
+from conveyor.errors import (
+    CaptureError,
+    DataDependentError,
+    DynamoSplits,
+    EagerFallback,
+    StageError,
+    SymbolicSizesUnsupported,
+)
 from conveyor.frontend.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.frontend.fallback import watching_capture
 from conveyor.frontend.objects import ObjectArgs, walk_args
@@ -248,7 +255,9 @@ class Compiled:
         if dims:
             try:
                 return self._compile_once(flat, state_names, in_spec, leaves, constants, objects, dims)
-            except Exception as exc:  # a stage that cannot take symbolic sizes: static, said aloud
+            except (SymbolicSizesUnsupported, CaptureError, StageError) as exc:
+                if isinstance(exc, StageError) and not _refuses_symbols(exc):
+                    raise  # a stage that failed for another reason: loud, never hidden behind a static compile
                 warnings.warn(
                     f"conveyor: compiling {self._name()} with static sizes: with symbolic sizes it failed: "
                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
@@ -316,6 +325,17 @@ class Compiled:
 _SIZED = 256
 #: entry guards kept per coarse key, the latest first (more take the full key)
 _GUARDS = 8
+
+
+def _refuses_symbols(exc: StageError) -> bool:
+    """Note [Refusing symbolic sizes]: a stage that cannot take a program's
+    symbolic sizes says so with :class:`SymbolicSizesUnsupported` (or
+    Python's ``NotImplementedError``, which the pipeline wraps); the call
+    then compiles with static sizes, with a warning naming the stage. A
+    capture that fails under symbolic sizes (a ``CaptureError``: a limit of
+    torch's tracing) does the same. Any other failure of a stage propagates:
+    a stage's bug is never hidden behind a static compile."""
+    return isinstance(exc, SymbolicSizesUnsupported) or isinstance(exc.__cause__, NotImplementedError)
 
 
 def _no_compiled(args: list[Any]) -> Sequence[Any]:

@@ -28,6 +28,12 @@ class StageError(ConveyorError, RuntimeError):
         self.cause = cause
 
 
+class SymbolicSizesUnsupported(StageError):
+    """A stage cannot take this program's symbolic sizes: the call compiles
+    again with static sizes, with a warning that names the stage (Note
+    [Refusing symbolic sizes] in ``conveyor.compiled``)."""
+
+
 class CaptureError(ConveyorError):
     """The standalone capture (make_fx) could not trace the user's function."""
 

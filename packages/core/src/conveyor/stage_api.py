@@ -8,7 +8,8 @@ what stages rely on. ``tests/test_layers.py`` checks every stage package's
 sources for it. The names, by what they are for:
 
 * the protocol: the request a stage lowers, what it returns, its spec and
-  errors, the plugin hook marker, stamping its graphs, tracing;
+  errors, the plugin hook marker, stamping its graphs, tracing; a tool's
+  spec (a package that is not a compile-time stage);
 * facts about ops (``conveyor.analysis.schema``): which ops view, write, are random or
   must run, and their aliasing;
 * facts about one program: the program record (``Program``, its typed index
@@ -38,7 +39,7 @@ from conveyor.analysis.schema import (
     written_positions,
 )
 from conveyor.analysis.sharing import storage_groups, unshared
-from conveyor.errors import DataDependentError, StageError
+from conveyor.errors import DataDependentError, StageError, SymbolicSizesUnsupported
 from conveyor.frontend.capture import retrace
 from conveyor.protocol.artifacts import reducible
 from conveyor.protocol.config import resolve
@@ -48,6 +49,7 @@ from conveyor.protocol.pipeline import Pipeline
 from conveyor.protocol.plugins import Plugins
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
 from conveyor.protocol.stamps import StageGraph, stamp
+from conveyor.protocol.tool import ToolSpec
 from conveyor.runtime.files import may_read, may_write, user_cache_dir, write_atomic
 
 __all__ = [
@@ -72,6 +74,8 @@ __all__ = [
     "StageError",
     "StageGraph",
     "StageSpec",
+    "SymbolicSizesUnsupported",
+    "ToolSpec",
     "call_graph",
     "detach_no_grad_results",
     "eager_lowering",

@@ -33,7 +33,7 @@ from typing import Any, TypeGuard, cast
 import sympy
 import torch
 import torch.fx
-from conveyor.stage_api import GRAD_META, StageError
+from conveyor.stage_api import GRAD_META, StageError, SymbolicSizesUnsupported
 from torch._C import _functionalization
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils._sympy.functions import FloorDiv
@@ -42,7 +42,9 @@ from torch.utils._sympy.printers import PythonPrinter
 STAGE = "functionalize"
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # sizes, strides, storage offset
-SymGeometry = tuple[tuple[int | torch.SymInt, ...], tuple[int | torch.SymInt, ...], int | torch.SymInt]  # maybe symbolic
+SymGeometry = tuple[
+    tuple[int | torch.SymInt, ...], tuple[int | torch.SymInt, ...], int | torch.SymInt
+]  # maybe symbolic
 
 
 def concrete(t: torch.Tensor, what: str) -> Geometry:
@@ -50,7 +52,7 @@ def concrete(t: torch.Tensor, what: str) -> Geometry:
     when any is symbolic."""
     sizes, strides, offset = tuple(t.size()), tuple(t.stride()), t.storage_offset()
     if not all(type(v) is int for v in (*sizes, *strides, offset)):
-        raise StageError(STAGE, f"{what} has symbolic sizes or strides; only static shapes are supported")
+        raise SymbolicSizesUnsupported(STAGE, f"{what} has symbolic sizes or strides; only static shapes are supported")
     return sizes, strides, cast(int, offset)
 
 
@@ -188,14 +190,16 @@ class ViewRecipe:
         if not _is_concrete(expected):
             symbolic = SymbolicGeometry.of(expected, _plain(viewed))
             if symbolic is None:
-                raise StageError(
+                raise SymbolicSizesUnsupported(
                     STAGE, f"{what} has sizes or strides in symbols that the tensor it views does not carry"
                 )
             return ViewRecipe(None, None, not requires_grad, symbolic=symbolic)
         sizes, strides, offset = expected
         viewed_offset = viewed.storage_offset()  # only its offset: its sizes may be symbolic
         if type(viewed_offset) is not int:
-            raise StageError(STAGE, f"{what} views a tensor at a symbolic storage offset; only static offsets are supported")
+            raise SymbolicSizesUnsupported(
+                STAGE, f"{what} views a tensor at a symbolic storage offset; only static offsets are supported"
+            )
         geometry = (sizes, strides, offset - viewed_offset)
         return ViewRecipe(geometry, replay, not requires_grad)
 
