@@ -1,4 +1,4 @@
-"""enable(): option checking, the state it restores, the stage entry."""
+"""enable(): option checking, the state it restores, its entry as a tool."""
 
 from __future__ import annotations
 
@@ -91,15 +91,34 @@ def test_session_history_and_last() -> None:
     assert stages[0] == "compiled_autograd" and stages[-1] == "eager" and "functionalize" in stages
 
 
-def test_stage_is_listed_off_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+def test_listed_as_a_tool_with_its_distribution(capsys: pytest.CaptureFixture[str]) -> None:
     assert conveyor_main(["stages"]) == 0
-    line = next(row for row in capsys.readouterr().out.splitlines() if " compiled_autograd " in row)
-    assert "off by default" in line and "conveyor-compiled-autograd" in line
+    out = capsys.readouterr().out
+    line = next(row for row in out.splitlines() if " compiled_autograd " in row)
+    assert " tool " in line and "not a pipeline stage" in line and "conveyor-compiled-autograd" in line
+    assert "compiled_autograd: `with conveyor_compiled_autograd.enable(): loss.backward()`; options inline=True" in out
+    assert "compiled_autograd" not in out.split("pipeline: ")[-1]
 
 
-def test_enabling_the_stage_in_a_forward_config_changes_nothing() -> None:
-    model = mlp()
-    compiled = conveyor.compile(copy.deepcopy(model), enable=["compiled_autograd"])
-    assert "compiled_autograd" in [s.name for s in compiled.pipeline.stages]
+def test_it_is_no_stage_of_a_forward_pipeline() -> None:
+    pipeline = conveyor.Pipeline(conveyor.resolve({}))
+    assert "compiled_autograd" in pipeline.tools and "compiled_autograd" not in pipeline.available
+    with pytest.raises(conveyor.ConfigError, match=r"'compiled_autograd' is a tool, not a stage .*enable\(\)"):
+        conveyor.compile(mlp(), enable=["compiled_autograd"])
+
+
+def test_its_options_are_checked_at_enable() -> None:
+    with pytest.raises(conveyor.ConfigError, match=r"tool 'compiled_autograd': unknown option\(s\) \['inlin'\]; valid options are \['inline'\]"):
+        with cca.enable(stages={"compiled_autograd": {"inlin": False}}):
+            pytest.fail("the body must not run")
+
+
+def test_inline_off_calls_conveyor_backward_graphs_opaquely() -> None:
+    ref = mlp()
+    model = conveyor.compile(copy.deepcopy(ref))
     x = torch.randn(3, 4)
-    torch.testing.assert_close(compiled(x), model(x))
+    ref(x).pow(2).sum().backward()
+    with cca.enable(stages={"compiled_autograd": {"inline": False}}) as session:
+        model(x).pow(2).sum().backward()
+    assert session.last is not None and session.last.inlined == 0 and session.last.opaque
+    assert_same_grads(ref.parameters(), model.parameters())

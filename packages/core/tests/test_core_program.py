@@ -13,7 +13,7 @@ import conveyor.analysis.functional_analysis
 import conveyor.analysis.program
 import pytest
 import torch
-from conveyor import ConfigError, Lowering, Plugins, Request, StageSpec, hookimpl
+from conveyor import ConfigError, Lowering, Plugins, Request, StageError, StageSpec, hookimpl
 from conveyor.analysis.program import InputAliasing, Program
 from conveyor.testing import check
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -191,3 +191,97 @@ def test_an_unsafe_view_output_beside_its_base_is_not_taken_for_functional() -> 
 
     program = request_of(f, torch.randn(2, 2), torch.randn(2, 2)).program
     assert not program.writing_nodes and not program.outputs_computed
+
+
+class _Reader:
+    """A wrapper stage that reads ``part`` of the record, then passes the request on."""
+
+    def __init__(self, part: str | None, seen: list[Any]) -> None:
+        self.part, self.seen = part, seen
+
+    def lower(self, request: Request, options: Any) -> Lowering:
+        self.seen.append(request.program.graph)  # the record's fields need no declaration
+        if self.part is not None:
+            self.seen.append(getattr(request.program, self.part))
+        return Lowering.passthrough(request.replace(label=request.label))
+
+
+def _pipeline(*specs: StageSpec, plugin: Any = None) -> conveyor.Pipeline:
+    class Stages:
+        @hookimpl
+        def conveyor_register_stages(self, register: Callable[[StageSpec], None]) -> None:
+            for spec in specs:
+                register(spec)
+
+    plugins = Plugins()
+    plugins.register(Stages(), name="stages")
+    if plugin is not None:
+        plugins.register(plugin, name="wrapping")
+    return conveyor.Pipeline(conveyor.resolve({"autoload": False}), plugins)
+
+
+def test_reading_an_undeclared_part_fails_naming_the_stage_and_the_part() -> None:
+    seen: list[Any] = []
+    pipeline = _pipeline(StageSpec(name="peek", kind="wrapper", impl=_Reader("meta", seen), reads=("aliasing",)))
+    request = request_of(_in_place, torch.randn(2), torch.randn(2))
+    with pytest.raises(StageError, match=r"conveyor stage 'peek': reads program part 'meta' it does not declare in StageSpec.reads"):
+        pipeline.compile(request)
+    assert seen == [request.graph]
+    assert "analysis" not in request.program.__dict__  # refused before anything ran
+
+
+def test_a_declared_part_is_read_once_and_kept_for_the_next_stage() -> None:
+    """``first`` reads the record and hands on its request under a new label
+    (the record kept): ``second``, which declares other parts, reads the same
+    record through its own view, not ``first``'s."""
+    seen: list[Any] = []
+    pipeline = _pipeline(
+        StageSpec(name="first", kind="wrapper", impl=_Reader("meta", seen), reads=("meta",)),
+        StageSpec(name="second", kind="wrapper", impl=_Reader("analysis", seen), after=("first",), reads=("analysis",)),
+    )
+    request = request_of(_in_place, torch.randn(2), torch.randn(2))
+    pipeline.compile(request)
+    graph, meta, graph_again, analysis = seen
+    assert graph is graph_again is request.graph
+    assert analysis is request.program.analysis and meta is analysis.meta  # one record, analysed once
+    with pytest.raises(StageError, match="'first': reads program part 'aliasing'"):
+        _ = request.program.seen_by("first", ("meta",)).aliasing
+
+
+def test_a_stage_that_reads_nothing_sees_no_part() -> None:
+    pipeline = _pipeline(StageSpec(name="blind", kind="wrapper", impl=_Reader("statically_functional", [])))
+    with pytest.raises(StageError, match="'blind': reads program part 'statically_functional'"):
+        pipeline.compile(request_of(_in_place, torch.randn(2), torch.randn(2)))
+
+
+def test_a_wrapper_of_the_run_stage_hook_sees_the_whole_record() -> None:
+    found: list[Any] = []
+
+    class Checker:
+        @hookimpl(wrapper=True)
+        def conveyor_run_stage(self, stage: StageSpec, request: Request, options: Any) -> Any:
+            found.append(request.program.writing_nodes)  # no stage declares it
+            return (yield)
+
+    seen: list[Any] = []
+    pipeline = _pipeline(StageSpec(name="peek", kind="wrapper", impl=_Reader(None, seen)), plugin=Checker())
+    request = request_of(_in_place, torch.randn(2), torch.randn(2))
+    pipeline.compile(request)
+    assert len(found) == 2 and found[0] is found[1] and found[0]  # peek's request and the backend's: one record
+
+
+def test_the_shipped_stages_read_only_what_they_declare(counts: Counter[str]) -> None:
+    """Programs that make ``synthetic_base`` and ``functionalize`` read the
+    record, through the installed stages with the check on."""
+
+    def aliased(a, b):
+        a.add_(1)
+        b.mul_(2)
+        return a.t(), b
+
+    base = torch.randn(6)
+    check(aliased, base[:4].view(2, 2), base[2:], compile=conveyor.compile)
+    check(_in_place, torch.randn(2), torch.randn(2), compile=conveyor.compile)
+    with torch.no_grad():
+        check(_mlp_step, torch.randn(4, 4), torch.randn(3, 4), compile=conveyor.compile)
+    assert counts["analysis"] >= 2

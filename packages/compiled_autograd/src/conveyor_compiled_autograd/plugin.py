@@ -1,4 +1,16 @@
-"""Registers the ``compiled_autograd`` stage (entry point ``conveyor: compiled_autograd``)."""
+"""Declares ``compiled_autograd`` to conveyor (entry point ``conveyor: compiled_autograd``).
+
+Note [A run-time tool]: the stage protocol describes what happens when a
+program is compiled (``lower(request) -> Lowering``). Compiled autograd
+happens later and elsewhere: when ``.backward()`` runs, on a graph torch's
+engine captures then, which spans every program and eager op of the
+backward. So this package is no stage of the pipeline: it is used through
+its own context manager, ``conveyor_compiled_autograd.enable(...)``, and it
+declares itself as a tool (Note [Tools beside the stages] in
+``conveyor.protocol.tool``), so that ``conveyor stages`` lists it, its
+version and its options, and so that its options can live in
+``[tool.conveyor.stages.compiled_autograd]``.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +18,23 @@ from collections.abc import Callable
 from typing import Any
 
 import conveyor
-from conveyor import StageSpec
+from conveyor.stage_api import ToolSpec
 
 from conveyor_compiled_autograd.program import STAGE
-from conveyor_compiled_autograd.stage import RunTimeBackward
+from conveyor_compiled_autograd.session import OPTIONS
 
 
 @conveyor.hookimpl
-def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
+def conveyor_register_tools(register: Callable[[ToolSpec], None]) -> None:
     register(
-        StageSpec(
+        ToolSpec(
             name=STAGE,
-            kind="wrapper",
-            impl=RunTimeBackward(),
-            enabled_by_default=False,
             description=(
-                "run time: `with conveyor_compiled_autograd.enable(**options):` captures each .backward() into "
-                "one graph (conveyor's backward graphs inlined) and compiles it; passes forward programs through"
+                "run time: captures each .backward() into one graph (conveyor's backward graphs inlined) "
+                "and compiles it with the pipeline"
             ),
+            usage="with conveyor_compiled_autograd.enable(): loss.backward()",
+            options=OPTIONS,
         )
     )
 

@@ -14,7 +14,14 @@ from conveyor import Pipeline, Plugins, StageGraph, resolve
 from torch._dynamo import compiled_autograd as ca
 
 from conveyor_compiled_autograd.capture import ConveyorCapture, inline_supported
+from conveyor_compiled_autograd.program import STAGE
 from conveyor_compiled_autograd.runtime import CompiledBackward
+
+#: the options of ``[tool.conveyor.stages.compiled_autograd]`` (Note [A run-time
+#: tool] in ``conveyor_compiled_autograd.plugin``) and their defaults: ``inline``
+#: copies conveyor's backward graphs into the capture where the installed torch
+#: allows it (Note [Inlined backward]); ``False`` calls them opaquely.
+OPTIONS = {"inline": True}
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,9 @@ def enable(*, plugins: Plugins | None = None, **options: Any) -> Iterator[Sessio
     :param options: the configuration keys of ``conveyor.compile``
         (``backend``, ``enable``, ``disable``, ``stages``, ...), checked here:
         an unknown key, stage or option raises ``conveyor.ConfigError`` that
-        lists the valid ones.
+        lists the valid ones. This package's own options (:data:`OPTIONS`)
+        are the table ``stages={"compiled_autograd": {...}}``, or
+        ``[tool.conveyor.stages.compiled_autograd]`` in ``pyproject.toml``.
     :param plugins: a plugin manager to use instead of discovering one (tests).
     :return: a :class:`Session` (``captures``, ``last``).
 
@@ -112,7 +121,8 @@ def enable(*, plugins: Plugins | None = None, **options: Any) -> Iterator[Sessio
     inside (as with torch's own compiled autograd).
     """
     pipeline = Pipeline(resolve(options), plugins)  # fails here, with the valid choices
-    inline = inline_supported()
+    own = pipeline.tool_options.get(STAGE, OPTIONS)  # the defaults, where plugins lack this package
+    inline = bool(own["inline"]) and inline_supported()
     session = Session(pipeline, inline)
     engine = torch._C._dynamo.compiled_autograd
     factory = functools.partial(ConveyorCapture, session._compile_capture, inline)

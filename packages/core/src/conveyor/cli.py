@@ -9,15 +9,17 @@ from collections.abc import Sequence
 from conveyor.errors import ConveyorError
 from conveyor.protocol.config import resolve
 from conveyor.protocol.pipeline import Pipeline
+from conveyor.protocol.plugins import RegisteredStage, RegisteredTool
 from conveyor.protocol.stage import StageSpec
+from conveyor.protocol.tool import ToolSpec
 
 
 def stages(args: argparse.Namespace) -> int:
-    """List discovered stages, their distributions, and the resolved order."""
+    """List discovered stages and tools, their distributions, and the resolved order."""
     config = resolve({"backend": args.backend} if args.backend else {})
     pipeline = Pipeline(config)
     order = {s.name: i for i, s in enumerate(pipeline.stages)}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for name, reg in sorted(pipeline.available.items(), key=lambda kv: (order.get(kv[0], 1_000), kv[0])):
         spec = reg.spec
         if name in order:
@@ -31,8 +33,9 @@ def stages(args: argparse.Namespace) -> int:
                 why = "backend not chosen"
             else:
                 why = "off by default (enable it in config)"
-        dist = f"{reg.distribution or reg.plugin} {reg.version or ''}".strip()
-        rows.append((state, name, spec.kind, why, dist, spec.description))
+        rows.append((state, name, spec.kind, why, _dist(reg), spec.description))
+    for name, tool in sorted(pipeline.tools.items()):  # Note [Tools beside the stages]
+        rows.append(("-", name, "tool", "not a pipeline stage", _dist(tool), tool.spec.description))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     print("order  stage / kind / status / distribution")
     for r in rows:
@@ -40,8 +43,21 @@ def stages(args: argparse.Namespace) -> int:
     print("\ndeclared (the core orders and checks stages by these):")
     for name, reg in sorted(pipeline.available.items()):
         print(f"  {name}: {_declared(reg.spec)}")
+    if pipeline.tools:
+        print("\ntools (used through their own API; options in [tool.conveyor.stages.<name>]):")
+        for name, tool in sorted(pipeline.tools.items()):
+            print(f"  {name}: {_used(tool.spec)}")
     print("\npipeline: " + " -> ".join(s.name for s in pipeline.stages))
     return 0
+
+
+def _dist(registered: RegisteredStage | RegisteredTool) -> str:
+    return f"{registered.distribution or registered.plugin} {registered.version or ''}".strip()
+
+
+def _used(spec: ToolSpec) -> str:
+    options = "; options " + ", ".join(f"{k}={v!r}" for k, v in spec.options.items()) if spec.options else ""
+    return f"`{spec.usage}`{options}"
 
 
 def _declared(spec: StageSpec) -> str:
@@ -70,7 +86,7 @@ def demo(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="conveyor", description="conveyor: a staged AOT compiler for PyTorch")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("stages", help="list stages, versions and the resolved pipeline order")
+    p = sub.add_parser("stages", help="list stages and tools, versions and the resolved pipeline order")
     p.add_argument("--backend", default=None)
     p.set_defaults(run=stages)
     p = sub.add_parser("demo", help="compile and train a small model, compare with eager")

@@ -95,7 +95,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             kind="wrapper",
             impl=Functionalize(),
             after=("dedupe", "synthetic_base"),
-            reads=("statically_functional", "aliasing", "analysis"),
+            reads=("statically_functional", "aliasing", "analysis", "meta"),
             description="hands inner stages a purely functional graph; replays mutations and output aliases at run time",
         )
     )

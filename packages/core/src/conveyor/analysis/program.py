@@ -26,12 +26,23 @@ The parts, cheapest first:
   metadata and storage mutations; how outputs alias inputs and
   intermediates), from one run of the graph on functional tensors
   (``conveyor.analysis.functional_analysis``).
+
+Note [Declared reads]: a stage declares the parts it reads
+(``StageSpec.reads``), and the core holds it to that: the stage receives
+its request with a :class:`ProgramView` of the record, which hands out the
+declared parts (computed and kept on the one record, so what a stage asks
+is there for the next) and raises a ``StageError`` naming the stage and the
+part for any other. The record's own fields (``graph``, ``inputs``,
+``fake_mode``, ``grad_enabled``) are the request's and need no declaration.
+A declaration is then what ``conveyor stages`` prints and a reader can
+trust: no stage depends on a part of the program it does not name. The
+check costs one attribute lookup per read, at compile time only.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -44,9 +55,12 @@ from conveyor.analysis.overlap import Layout, overlaps
 from conveyor.analysis.program_meta import ProgramMeta
 from conveyor.analysis.schema import op_facts
 from conveyor.analysis.sharing import storage_groups
+from conveyor.errors import StageError
 
 #: the parts of :class:`Program` a stage can declare it reads (``StageSpec.reads``)
 PARTS = ("aliasing", "writing_nodes", "outputs_computed", "statically_functional", "analysis", "meta")
+#: the record's own fields: the request's, readable without a declaration
+FIELDS = ("graph", "inputs", "fake_mode", "grad_enabled")
 
 
 @dataclass(frozen=True)
@@ -176,6 +190,44 @@ class Program:
         """What the program mutates per input and how its outputs alias
         (see :attr:`analysis`)."""
         return self.analysis.meta
+
+    def seen_by(self, stage: str, reads: Collection[str]) -> ProgramView:
+        """This record as ``stage``, which declares ``reads``, may read it
+        (Note [Declared reads])."""
+        return ProgramView(self, stage, frozenset(reads))
+
+
+class ProgramView:
+    """One stage's view of a :class:`Program`: its fields and the parts the
+    stage declares (Note [Declared reads]).
+
+    :ivar record: the whole record the view shows.
+    :ivar stage: the stage reading through it.
+    :ivar reads: the parts it declares.
+    """
+
+    __slots__ = ("reads", "record", "stage")
+
+    def __init__(self, record: Program, stage: str, reads: frozenset[str]) -> None:
+        self.record = record
+        self.stage = stage
+        self.reads = reads
+
+    def __getattr__(self, name: str) -> Any:
+        if name in PARTS:
+            if name not in self.reads:
+                raise StageError(self.stage, f"reads program part {name!r} it does not declare in StageSpec.reads")
+            return getattr(self.record, name)
+        if name in FIELDS:
+            return getattr(self.record, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def seen_by(self, stage: str, reads: Collection[str]) -> ProgramView:
+        """The same record as another stage may read it."""
+        return self.record.seen_by(stage, reads)
+
+    def __repr__(self) -> str:
+        return f"ProgramView(stage={self.stage!r}, reads={sorted(self.reads)})"
 
 
 def _known_pure(node: torch.fx.Node) -> bool:

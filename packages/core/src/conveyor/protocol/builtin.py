@@ -24,6 +24,11 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
 
 @hookimpl(trylast=True)
 def conveyor_run_stage(stage: StageSpec, request: Request, options: Mapping[str, Any]) -> Lowering | CompiledFn:
+    """Calls the stage with the request as it declared it reads it (Note
+    [Declared reads] in ``conveyor.analysis.program``): here, where the
+    stage's own code runs, so that the plugins wrapping this hook (timing,
+    dumps, invariant checks) see the whole record."""
+    seen = request.seen_by(stage)
     if stage.kind == "backend":
-        return stage.impl.compile(request, options)
-    return stage.impl.lower(request, options)
+        return stage.impl.compile(seen, options)
+    return stage.impl.lower(seen, options)

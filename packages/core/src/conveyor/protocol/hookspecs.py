@@ -15,6 +15,7 @@ from typing import Any
 import pluggy
 
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.protocol.tool import ToolSpec
 
 hookspec = pluggy.HookspecMarker("conveyor")
 hookimpl = pluggy.HookimplMarker("conveyor")
@@ -32,6 +33,24 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
     """
 
 
+@hookspec
+def conveyor_register_tools(register: Callable[[ToolSpec], None]) -> None:
+    """Declare the tools this plugin contributes: packages that are not a
+    compile-time stage (Note [Tools beside the stages] in
+    ``conveyor.protocol.tool``).
+
+    Called by the core once per plugin manager, when a pipeline is built,
+    so that ``conveyor stages`` lists each tool with its distribution and
+    version, and its options in config (``[tool.conveyor.stages.<name>]``)
+    are checked like a stage's.
+
+    :param register: call it once per tool with a
+        :class:`~conveyor.stage_api.ToolSpec`. A tool named like another
+        tool or a stage is an error naming both plugins.
+    :return: nothing.
+    """
+
+
 @hookspec(firstresult=True)
 def conveyor_run_stage(
     stage: StageSpec, request: Request, options: dict[str, Any]
@@ -42,7 +61,10 @@ def conveyor_run_stage(
     outermost stage first (every request of one stage before the next
     stage). The core's own implementation calls ``stage.impl.lower(request,
     options)`` for a wrapper and ``stage.impl.compile(request, options)`` for a
-    backend. Implement it as a new-style wrapper (``@hookimpl(wrapper=True)``,
+    backend, with ``request.seen_by(stage)``: its program record shows only
+    the parts ``stage.reads`` declares (Note [Declared reads] in
+    ``conveyor.analysis.program``); a wrapper of this hook receives the whole
+    record. Implement it as a new-style wrapper (``@hookimpl(wrapper=True)``,
     one ``yield``) to time stages, dump graphs or check invariants; the
     ``yield`` returns the stage's result, which the wrapper must return (or
     replace). Stops at first non-None result. While it runs,

@@ -11,13 +11,14 @@ is stamped (Note [Stamps] in ``conveyor.protocol.stamps``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from conveyor.errors import ConfigError, ConveyorError, StageError
+from conveyor.errors import ConfigError, ConveyorError, PipelineError, StageError
 from conveyor.protocol import ordering
 from conveyor.protocol.config import Config
-from conveyor.protocol.plugins import Plugins, RegisteredStage
+from conveyor.protocol.plugins import Plugins, RegisteredStage, RegisteredTool
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
 from conveyor.protocol.stamps import StageGraph, collecting, log_graphs
 
@@ -35,16 +36,27 @@ class Pipeline:
     """The ordered, enabled stages of one configuration, ready to compile.
 
     Building it checks everything that can be checked without a program:
-    stage names, options, requirements, ordering, the backend.
+    stage names, options, requirements, ordering, the backend, and the
+    options of the installed tools (Note [Tools beside the stages] in
+    ``conveyor.protocol.tool``).
     """
 
     def __init__(self, config: Config, plugins: Plugins | None = None, *, default_backend: str = "eager") -> None:
         self.config = config
         self.plugins = plugins if plugins is not None else build_plugins(config)
         self.available: dict[str, RegisteredStage] = self.plugins.stages()
+        self.tools: dict[str, RegisteredTool] = self.plugins.tools()
+        _check_tools(self.available, self.tools, config)
         specs = {name: r.spec for name, r in self.available.items()}
-        self.stages: tuple[StageSpec, ...] = tuple(ordering.select(specs, config, default_backend))
-        self.options: dict[str, dict[str, Any]] = {s.name: _options(s, config) for s in self.stages}
+        staged = dataclasses.replace(config, stages={n: o for n, o in config.stages.items() if n not in self.tools})
+        self.stages: tuple[StageSpec, ...] = tuple(ordering.select(specs, staged, default_backend))
+        self.options: dict[str, dict[str, Any]] = {
+            s.name: _options(s.name, s.options, config) for s in self.stages
+        }
+        #: each installed tool's resolved options (Note [Tools beside the stages] in ``conveyor.protocol.tool``)
+        self.tool_options: dict[str, dict[str, Any]] = {
+            name: _options(name, t.spec.options, config, what="tool") for name, t in self.tools.items()
+        }
         self._for_devices: dict[frozenset[str], Pipeline] = {}
 
     @property
@@ -77,7 +89,7 @@ class Pipeline:
         """Run every stage's compile-time half; return the run-time callable
         and every stamped graph, in the order they were made."""
         graphs: list[StageGraph] = [StageGraph("capture", request.label, request.graph)]
-        requests: list[Request] = [request]
+        requests: list[Request] = [request.with_whole_record()]
         levels: list[list[Lowering]] = []  # per wrapper stage, a lowering per request it ran on
         compiled: list[CompiledFn] = []
         for stage in self.stages:
@@ -86,7 +98,7 @@ class Pipeline:
                 break
             lowerings = [self._lower(stage, r, graphs) for r in requests]
             levels.append(lowerings)
-            requests = [inner for lowering in lowerings for inner in lowering.requests]
+            requests = [inner.with_whole_record() for lowering in lowerings for inner in lowering.requests]
         for lowerings in reversed(levels):  # back up: each wrap takes its requests' compiled callables
             taken = iter(compiled)
             compiled = [lowering.wrap(*[next(taken) for _ in lowering.requests]) for lowering in lowerings]
@@ -126,11 +138,38 @@ class Pipeline:
         return result
 
 
-def _options(stage: StageSpec, config: Config) -> dict[str, Any]:
-    given: Mapping[str, Any] = config.options_for(stage.name)
-    unknown = sorted(set(given) - set(stage.options))
+def _check_tools(
+    stages: Mapping[str, RegisteredStage], tools: Mapping[str, RegisteredTool], config: Config
+) -> None:
+    """A tool is named like no stage, config enables or disables no tool,
+    and every option table names a stage or a tool."""
+    clash = sorted(set(stages) & set(tools))
+    if clash:
+        name = clash[0]
+        raise PipelineError(
+            f"{name!r} is registered as a stage by {stages[name].plugin!r} and as a tool by {tools[name].plugin!r}"
+        )
+    for key in ("enable", "disable"):
+        named = sorted(set(getattr(config, key)) & set(tools))
+        if named:
+            tool = tools[named[0]].spec
+            raise ConfigError(
+                f"config {key!r}: {tool.name!r} is a tool, not a stage of the pipeline; it is used as "
+                f"`{tool.usage}` (its options: [tool.conveyor.stages.{tool.name}])"
+            )
+    unknown = sorted(set(config.stages) - set(stages) - set(tools))
     if unknown:
         raise ConfigError(
-            f"stage {stage.name!r}: unknown option(s) {unknown}; valid options are {sorted(stage.options)}"
+            f"config 'stages': options for unknown stage(s) {unknown}; installed stages are {sorted(stages)}"
+            + (f" and tools {sorted(tools)}" if tools else "")
         )
-    return {**stage.options, **given}
+
+
+def _options(name: str, declared: Mapping[str, Any], config: Config, what: str = "stage") -> dict[str, Any]:
+    """The options of the stage or tool ``name``: its declared defaults
+    overlaid by config; a name it does not declare is an error."""
+    given: Mapping[str, Any] = config.options_for(name)
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise ConfigError(f"{what} {name!r}: unknown option(s) {unknown}; valid options are {sorted(declared)}")
+    return {**declared, **given}

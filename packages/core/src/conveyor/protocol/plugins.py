@@ -11,16 +11,18 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
 from conveyor.errors import PipelineError
 from conveyor.protocol import hookspecs
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
+from conveyor.protocol.tool import ToolSpec
 
 ENTRY_POINT_GROUP = "conveyor"
 log = logging.getLogger("conveyor.plugins")
+Spec = TypeVar("Spec", StageSpec, ToolSpec)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,17 @@ class RegisteredStage:
     spec: StageSpec
     plugin: str  # the plugin that registered it
     distribution: str | None  # and its distribution, when it came from an entry point
+    version: str | None
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """A tool (Note [Tools beside the stages] in ``conveyor.protocol.tool``)
+    and where it came from, as :class:`RegisteredStage` for a stage."""
+
+    spec: ToolSpec
+    plugin: str
+    distribution: str | None
     version: str | None
 
 
@@ -78,24 +91,41 @@ class Plugins:
 
     def stages(self) -> dict[str, RegisteredStage]:
         """Every stage the registered plugins declare, by name."""
-        found: dict[str, RegisteredStage] = {}
+        return {
+            spec.name: RegisteredStage(spec, plugin, *self._dist_of(plugin))
+            for spec, plugin in self._declared("conveyor_register_stages", StageSpec, "stage")
+        }
+
+    def tools(self) -> dict[str, RegisteredTool]:
+        """Every tool the registered plugins declare, by name (Note [Tools
+        beside the stages] in ``conveyor.protocol.tool``)."""
+        return {
+            spec.name: RegisteredTool(spec, plugin, *self._dist_of(plugin))
+            for spec, plugin in self._declared("conveyor_register_tools", ToolSpec, "tool")
+        }
+
+    def _declared(self, hook: str, kind: type[Spec], what: str) -> list[tuple[Spec, str]]:
+        """What each plugin registers through ``hook``, with the plugin's name;
+        a name registered twice is an error naming both plugins."""
+        found: dict[str, tuple[Spec, str]] = {}
         for plugin_name, plugin in self._pm.list_name_plugin():
-            impl = getattr(plugin, "conveyor_register_stages", None)
+            impl = getattr(plugin, hook, None)
             if impl is None:
                 continue
-            specs: list[StageSpec] = []
+            specs: list[Spec] = []
             impl(register=specs.append)
-            dist, version = self._dists.get(plugin_name, (None, None))
             for spec in specs:
-                if not isinstance(spec, StageSpec):
-                    raise PipelineError(f"plugin {plugin_name!r} registered {spec!r}, not a StageSpec")
+                if not isinstance(spec, kind):
+                    raise PipelineError(f"plugin {plugin_name!r} registered {spec!r}, not a {kind.__name__}")
                 if spec.name in found:
                     raise PipelineError(
-                        f"stage {spec.name!r} is registered twice: by {found[spec.name].plugin!r} "
-                        f"and by {plugin_name!r}"
+                        f"{what} {spec.name!r} is registered twice: by {found[spec.name][1]!r} and by {plugin_name!r}"
                     )
-                found[spec.name] = RegisteredStage(spec, plugin_name, dist, version)
-        return found
+                found[spec.name] = (spec, plugin_name)
+        return list(found.values())
+
+    def _dist_of(self, plugin: str) -> tuple[str | None, str | None]:
+        return self._dists.get(plugin, (None, None))
 
     def run_stage(
         self, stage: StageSpec, request: Request, options: Mapping[str, Any]

@@ -18,6 +18,7 @@ The list is the caller's to give away: a callee may clear it to free inputs.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -26,7 +27,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch.fx
 
-from conveyor.analysis.program import PARTS, Program
+from conveyor.analysis.program import PARTS, Program, ProgramView
 
 CompiledFn = Callable[[list[Any]], Sequence[Any]]
 StageKind = Literal["wrapper", "backend"]
@@ -74,6 +75,27 @@ class Request:
         """The core's record of what this request's program is, each part
         computed when a stage first asks (Note [The program record])."""
         return Program(self.graph, self.inputs, self.fake_mode, self.grad_enabled)
+
+    def seen_by(self, stage: StageSpec) -> Request:
+        """This request as ``stage`` receives it: the same request, its
+        program record showing the parts ``stage.reads`` declares and raising
+        a ``StageError`` for any other (Note [Declared reads] in
+        ``conveyor.analysis.program``). The parts it reads are kept on the
+        one record, for the stages after it."""
+        seen = copy.copy(self)  # no __post_init__: the graph and inputs are this request's
+        seen.__dict__["program"] = self.program.seen_by(stage.name, stage.reads)
+        return seen
+
+    def with_whole_record(self) -> Request:
+        """This request with its whole program record: itself, unless a stage
+        handed on the request it was given (``Lowering.passthrough``, a new
+        label), whose record is that stage's view."""
+        program = self.__dict__.get("program")
+        if not isinstance(program, ProgramView):
+            return self
+        whole = copy.copy(self)
+        whole.__dict__["program"] = program.record
+        return whole
 
 
 @dataclass(frozen=True)
@@ -129,8 +151,11 @@ class StageSpec:
         that depends on the program (``autograd`` needs ``functionalize``
         only for a program that writes) is a compile-time error instead.
     :ivar reads: the parts of the program record (``request.program``,
-        :data:`conveyor.analysis.program.PARTS`) the stage reads; documentation that
-        ``conveyor stages`` shows, checked against the record's parts.
+        :data:`conveyor.analysis.program.PARTS`) the stage reads, checked
+        against the record's parts; ``conveyor stages`` shows them. The stage
+        sees only these: reading another part raises a
+        :class:`~conveyor.errors.StageError` naming the stage and the part
+        (Note [Declared reads] in ``conveyor.analysis.program``).
     :ivar options: option names and their defaults; other names are errors.
     :ivar cache_key: optional; from the flat call arguments, what this stage
         specializes on, added to the compile-cache key (must be hashable and
