@@ -98,7 +98,7 @@ class DynamoCompiled:
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
         try:
-            with watching_capture():
+            with watching_capture(seeding=False):
                 # Note [Tensors a dynamo graph holds]: dynamo keeps some real tensors as
                 # attributes of its graph (the parameters an optimizer step updates):
                 # they become graph inputs after the call's, as a standalone

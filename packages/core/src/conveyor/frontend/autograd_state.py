@@ -65,7 +65,7 @@ class AutogradStateWatcher(TorchFunctionMode):
         if name is None and setter is not None:
             name = _REFUSED_SETTERS.get(setter)
         if name is None:
-            return func(*args, **kwargs)
+            return fallback.call_unwatched(func, *args, **kwargs)
         if func is torch.Tensor.requires_grad_ or setter is _REQUIRES_GRAD_SETTER:
             tensor, flag = args[0], args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
             if isinstance(tensor, torch.Tensor) and bool(flag) == tensor.requires_grad:

@@ -45,11 +45,13 @@ from conveyor.frontend import functions
 
 
 @contextlib.contextmanager
-def watching_capture() -> Iterator[None]:
+def watching_capture(seeding: bool = True) -> Iterator[None]:
     """While tracing in this thread, a custom ``autograd.Function`` applied to
     tensors that require grad (grad mode on), or a reseeding of the global
     generator, raises :class:`EagerFallback`. Other threads are not affected
-    (Note [Watching a capture, thread by thread])."""
+    (Note [Watching a capture, thread by thread]). ``seeding=False``: a graph
+    dynamo made, which holds no Python call (dynamo ran the program's Python,
+    a reseed included), is traced without the seeding watch and its cost."""
     with _install_lock:
         if _installed[0] == 0:
             _install()
@@ -57,7 +59,7 @@ def watching_capture() -> Iterator[None]:
     outermost = not _in_capture()
     _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
-        with _watching_seeding() if outermost else contextlib.nullcontext():
+        with _watching_seeding() if outermost and seeding else contextlib.nullcontext():
             yield
     except Exception as exc:
         if not isinstance(exc, ConveyorError) and _unrecordable_argument(exc):
@@ -245,10 +247,14 @@ def original_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
 # ``import torch._dynamo`` puts on ``torch.manual_seed``, which the old
 # attribute patch kept from applying when dynamo was first imported during
 # a capture).
-# Its cost is the capture's only (every Python call in the trace goes
-# through it): a TransformerEncoderLayer's ``make_fx`` trace took 1.5-2.2x as
-# long, and a first call served by the compile cache about 70 ms instead of
-# 42 (a cold compile of it is about 500 ms), on torch 2.13 and 2.14.1 alike.
+# Its cost is the capture's only: every Python call in the trace goes through
+# it, which made a TransformerEncoderLayer's ``make_fx`` trace 1.5-2.2x as
+# long. So it is off while a torch function the program called runs
+# (``call_unwatched``, from the capture's function mode: the tracer's and
+# torch's own Python, most of a trace's calls, never a reseed), and a graph
+# dynamo made is traced without it (``watching_capture(seeding=False)``):
+# a 2-layer GPT-2's first ``conveyor.compile`` call went from about 450 to
+# 500 ms (10%, on a loaded 2-core machine), behind dynamo nothing.
 # Where the thread already runs a profiler that Python cannot hand back (cProfile, torch.profiler's stack
 # tracer: ``sys.getprofile()`` is not callable), the hook is not installed
 # and the comparison is the fallback, with the limits above; a profile
@@ -308,13 +314,33 @@ def _watching_seeding() -> Iterator[None]:
         with _generators_unchanged():
             yield
         return
-    sys.setprofile(_refuse_seeding if previous is None else _after(previous))
+    hook = _refuse_seeding if previous is None else _after(previous)
+    _capturing.profiles = (hook, previous)
+    sys.setprofile(hook)
     try:
         yield
     finally:
+        _capturing.profiles = None
         sys.setprofile(previous)
     if _capturing.reseeded is not None:
         raise _reseeding(_capturing.reseeded)
+
+
+def call_unwatched(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)`` with the seeding hook off: a torch function
+    the program calls (the capture's function mode sees each), whose dispatch
+    through the tracer is torch's own Python and never a reseed. It is most
+    of a trace's Python calls, so the hook costs a trace a little, not double
+    (Note [Watching seeding without patching torch])."""
+    profiles = getattr(_capturing, "profiles", None)
+    if profiles is None:
+        return func(*args, **kwargs)
+    hook, previous = profiles
+    sys.setprofile(previous)
+    try:
+        return func(*args, **kwargs)
+    finally:
+        sys.setprofile(hook)
 
 
 @contextlib.contextmanager
