@@ -31,6 +31,7 @@ def train_like_eager(
     compile: Callable[[torch.nn.Module], Any],
     inputs: Callable[[int], dict[str, Any]],
     steps: int = 3,
+    loss_of: Callable[[Any], torch.Tensor] = lambda out: out.loss,
 ) -> None:
     """``steps`` AdamW steps of ``model`` compiled and of an eager copy, on
     ``inputs(step)``: the losses, every gradient and every buffer (BatchNorm's
@@ -49,7 +50,7 @@ def train_like_eager(
             losses = []
             for m, o in ((compiled, opt), (ref, ref_opt)):
                 o.zero_grad()
-                loss = m(**kwargs).loss
+                loss = loss_of(m(**kwargs))
                 loss.backward()
                 losses.append(loss.detach())
             torch.testing.assert_close(losses[0], losses[1], **TOL)

@@ -24,7 +24,7 @@ or is one, makes the program run eagerly with a warning.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -92,21 +92,27 @@ class AutogradStateWatcher(TorchFunctionMode):
                 )
 
 
-def _only_through(out: torch.Tensor, sources: set[int]) -> bool:
-    """``out`` is a source, or its autograd graph reaches no leaf but the sources."""
-    if out.grad_fn is None:
-        return id(out) in sources
-    stack: list[Any] = [out.grad_fn]
+def _autograd_nodes(outputs: Sequence[Any]) -> Iterator[Any]:
+    """Each node of the outputs' autograd graph (on fake tensors), once."""
+    stack: list[Any] = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
     seen: set[Any] = set()
     while stack:
         fn = stack.pop()
         if fn is None or fn in seen:
             continue
         seen.add(fn)
+        yield fn
+        stack += [next_fn for next_fn, _ in fn.next_functions]
+
+
+def _only_through(out: torch.Tensor, sources: set[int]) -> bool:
+    """``out`` is a source, or its autograd graph reaches no leaf but the sources."""
+    if out.grad_fn is None:
+        return id(out) in sources
+    for fn in _autograd_nodes([out]):
         variable = getattr(fn, "variable", None)  # AccumulateGrad
         if variable is not None and id(variable) not in sources:
             return False
-        stack += [next_fn for next_fn, _ in fn.next_functions]
     return True
 
 
@@ -127,13 +133,7 @@ def refuse_inlined_functions(outputs: Sequence[Any]) -> None:
     training].)"""
     if not fallback.watching():
         return
-    stack: list[Any] = [o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None]
-    seen: set[Any] = set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
+    for fn in _autograd_nodes(outputs):
         cls = getattr(type(fn), "_forward_cls", None)  # a Python Function's backward node
         if cls is not None and cls.__module__ != _CUSTOM_OP_AUTOGRAD:
             raise EagerFallback(
@@ -141,7 +141,6 @@ def refuse_inlined_functions(outputs: Sequence[Any]) -> None:
                 f"before the compile, which capture cannot see: its own backward would be lost (Note [Functions "
                 f"applied past the capture]); call {cls.__qualname__}.apply(...) in the program"
             )
-        stack += [next_fn for next_fn, _ in fn.next_functions]
 
 
 #: where torch defines the Function behind a custom op's autograd
