@@ -48,6 +48,7 @@ from conveyor.frontend.fallback import watching_capture
 from conveyor.frontend.objects import ObjectArgs, walk_args
 from conveyor.frontend.subclasses import boundary_key
 from conveyor.frontend.wrappers import hooks_key, refuse_distributed_wrapper
+from conveyor.protocol import timings
 from conveyor.protocol.config import Config, resolve
 from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
@@ -291,6 +292,7 @@ class Compiled:
         else:
             fake_mode = FakeTensorMode()
             fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
+        started = timings.stopwatch()  # Note [Compile timings]
         try:
             with watching_capture():
                 graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, objects)
@@ -304,8 +306,10 @@ class Compiled:
         except EagerFallback as exc:
             warn_eager(self._name(), str(exc))
             return Entry(_no_compiled, layout, (), "eager (fallback)", eager=True)
+        captured = timings.Captured(started, timings.stopwatch() - started)
         fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
-        compiled, graphs = compile_program(pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
+        with timings.compiling(self._name(), pipeline.config, captured):
+            compiled, graphs = compile_program(pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
         guards = dynamic_shapes.Guards.of(fake_mode, fakes) if dims else None
         return Entry(compiled, layout, graphs, pipeline.backend.name, closure, guards=guards)
 

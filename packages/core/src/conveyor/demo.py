@@ -68,12 +68,13 @@ def run_demo(steps: int = 5, backend: str | None = None) -> int:
         print(f"{step:>4}  {loss_e.item():>12.6f}  {loss_c.item():>14.6f}  {diff:>9.2e}")
 
     print(f"\nfirst call (capture + compile + run): {compile_s * 1000:.0f} ms")
-    print("per-stage report (graph after each stage):")
+    print("per-stage report (graph after each stage, and the seconds its stage run took):")
     for g in conveyor.last_graphs(compiled):
         ops = sum(1 for n in g.graph.graph.nodes if n.op == "call_function")
         ins = sum(1 for n in g.graph.graph.nodes if n.op == "placeholder")
         where = f"{g.stage}: {g.step}" if g.step else g.stage
-        print(f"  {where:<18} {g.label:<9} {ins:>3} inputs  {ops:>4} ops")
+        took = f"{g.seconds * 1000:>7.0f} ms" if g.seconds is not None else f"{'':>10}"
+        print(f"  {where:<18} {g.label:<9} {ins:>3} inputs  {ops:>4} ops  {took}")
     ok = worst < 1e-4
     print(f"\n{'OK' if ok else 'MISMATCH'}: largest loss difference {worst:.2e}")
     # sections from plugins (``conveyor_demo`` hook), e.g. a compiled backward

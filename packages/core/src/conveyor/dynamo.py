@@ -33,6 +33,7 @@ from conveyor.frontend import functions, subclasses
 from conveyor.frontend.capture import trace_user
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.fallback import watching_capture
+from conveyor.protocol import timings
 from conveyor.protocol.config import resolve
 from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
@@ -97,6 +98,7 @@ class DynamoCompiled:
             out = gm(*args)
             return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
+        started = timings.stopwatch()  # Note [Compile timings]
         try:
             with watching_capture(seeding=False):
                 # Note [Tensors a dynamo graph holds]: dynamo keeps some real tensors as
@@ -111,10 +113,12 @@ class DynamoCompiled:
             # given a tensor start reads it inside the op): dynamo split what it could
             warn_eager("a dynamo graph", str(exc).splitlines()[0])
             return None
-        if not closure:
-            return compile_program(self.pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
+        captured = timings.Captured(started, timings.stopwatch() - started)
         lifted = [*fakes, *(fake_mode.from_tensor(t, static_shapes=True) for t in closure)]
-        compiled, graphs = compile_program(self.pipeline, graph, lifted, fake_mode)
+        with timings.compiling("a dynamo graph", self.pipeline.config, captured):
+            compiled, graphs = compile_program(self.pipeline, graph, lifted, fake_mode)  # Note [Tensor subclasses]
+        if not closure:
+            return compiled, graphs
 
         def run(args: list[Any]) -> Sequence[Any]:
             return compiled([*args, *closure])

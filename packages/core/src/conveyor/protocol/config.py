@@ -9,7 +9,8 @@
    entry-point names), ``CONVEYOR_BLOCK_PLUGINS`` (block-list),
    ``CONVEYOR_DYNAMIC`` (``1``, ``0`` or ``auto``), ``CONVEYOR_CACHE`` (``0``
    turns off the persistent compile cache), ``CONVEYOR_CACHE_DIR`` (where it
-   lives);
+   lives), ``CONVEYOR_PROGRESS`` (``0`` silences the progress lines of long
+   compiles);
 4. arguments to ``conveyor.compile(...)`` / ``torch.compile(..., options=...)``.
 
 Per-stage options are tables keyed by stage name:
@@ -52,6 +53,9 @@ class Config:
     :ivar cache_dir: where; ``None`` is ``$XDG_CACHE_HOME/conveyor/programs``
         (``~/.cache/conveyor/programs``). A relative path in a
         ``pyproject.toml`` is relative to that file's folder.
+    :ivar progress: a compile still running after a couple of seconds says
+        on stderr which stage it is in (Note [Compile timings] in
+        ``conveyor.protocol.timings``); ``False`` silences it.
     """
 
     backend: str | None = None
@@ -64,6 +68,7 @@ class Config:
     dynamic: bool | None = None
     cache: bool = True
     cache_dir: str | None = None
+    progress: bool = True
 
     def __post_init__(self) -> None:
         overlap = set(self.enable) & set(self.disable)
@@ -97,7 +102,7 @@ class Config:
                 if value is not None and not isinstance(value, str):
                     raise ConfigError(f"config ({source}): 'backend' must be a stage name")
                 changes[key] = value
-            elif key in ("autoload", "cache"):
+            elif key in ("autoload", "cache", "progress"):
                 changes[key] = _switch(value, key, source)
             elif key == "cache_dir":
                 changes[key] = _cache_dir(value, source)
@@ -185,6 +190,7 @@ _ENV = {
     "CONVEYOR_DYNAMIC": "dynamic",
     "CONVEYOR_CACHE": "cache",
     "CONVEYOR_CACHE_DIR": "cache_dir",
+    "CONVEYOR_PROGRESS": "progress",
 }
 
 

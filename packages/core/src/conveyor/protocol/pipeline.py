@@ -6,7 +6,8 @@ one request, or several: the autograd stage's forward and backward). On the
 way back, each wrapper's ``wrap`` builds its run-time callable from the
 compiled callables of its requests, innermost stage first, so the first
 stage's prologue runs first and its epilogue last at run time. Every graph
-is stamped (Note [Stamps] in ``conveyor.protocol.stamps``).
+is stamped (Note [Stamps] in ``conveyor.protocol.stamps``), and every stage
+run timed (Note [Compile timings] in ``conveyor.protocol.timings``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conveyor.errors import ConfigError, ConveyorError, PipelineError, StageError
-from conveyor.protocol import ordering
+from conveyor.protocol import ordering, timings
 from conveyor.protocol.config import Config
 from conveyor.protocol.plugins import Plugins, RegisteredStage, RegisteredTool
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
@@ -88,7 +89,12 @@ class Pipeline:
     def compile(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
         """Run every stage's compile-time half; return the run-time callable
         and every stamped graph, in the order they were made."""
-        graphs: list[StageGraph] = [StageGraph("capture", request.label, request.graph)]
+        with timings.compiling("a program", self.config):  # joins the capturer's
+            return self._compile_all(request)
+
+    def _compile_all(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
+        captured = StageGraph("capture", request.label, request.graph, seconds=timings.capture_seconds())
+        graphs: list[StageGraph] = [captured]
         requests: list[Request] = [request.with_whole_record()]
         levels: list[list[Lowering]] = []  # per wrapper stage, a lowering per request it ran on
         compiled: list[CompiledFn] = []
@@ -107,35 +113,36 @@ class Pipeline:
 
     def _lower(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering:
         """A wrapper stage on one request: its stamps, then each request it hands on."""
-        result = self._run(stage, request, graphs)
+        result, seconds = self._run(stage, request, graphs)
         if not isinstance(result, Lowering):
             raise StageError(stage.name, f"lower() returned {type(result).__name__}, not a Lowering")
-        graphs += [StageGraph(stage.name, inner.label, inner.graph) for inner in result.requests]
+        graphs += [StageGraph(stage.name, inner.label, inner.graph, seconds=seconds) for inner in result.requests]
         return result
 
     def _compile(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> CompiledFn:
         """The backend on one request: its stamps, among them the graph it
         lowered (the graph it received, when it stamps none)."""
         mark = len(graphs)
-        result = self._run(stage, request, graphs)
+        result, seconds = self._run(stage, request, graphs)
         if isinstance(result, Lowering) or not callable(result):
             raise StageError(stage.name, f"backend returned {type(result).__name__}, not a callable")
         if not any(not g.step for g in graphs[mark:]):
-            graphs.append(StageGraph(stage.name, request.label, request.graph))
+            graphs.append(StageGraph(stage.name, request.label, request.graph, seconds=seconds))
         return result
 
-    def _run(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering | CompiledFn:
+    def _run(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> tuple[Lowering | CompiledFn, float]:
         """One stage on one request, through the ``conveyor_run_stage`` hook
-        (plugins wrap it: timing, dumps); what the stage stamps goes to ``graphs``."""
-        with collecting(stage.name, request.label) as stamps:
+        (plugins wrap it: timing, dumps), and its seconds; what the stage
+        stamps goes to ``graphs``, its own entries with those seconds."""
+        with timings.stage_run(stage.name, request.label) as took, collecting(stage.name, request.label) as stamps:
             try:
                 result = self.plugins.run_stage(stage, request, self.options[stage.name])
             except ConveyorError:
                 raise
             except Exception as exc:
                 raise StageError(stage.name, f"{type(exc).__name__}: {exc}") from exc
-        graphs += stamps
-        return result
+        graphs += [g if g.step else dataclasses.replace(g, seconds=took[0]) for g in stamps]
+        return result, took[0]
 
 
 def _check_tools(

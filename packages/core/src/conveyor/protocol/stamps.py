@@ -50,6 +50,10 @@ class StageGraph:
         (``"joint"``, ``"kernels"``).
     :ivar artifact: what the stage built from the graph, for introspection
         (a backend's compiled program), or ``None``.
+    :ivar seconds: how long the stage run that produced it took (for
+        ``"capture"``, the capture; Note [Compile timings] in
+        ``conveyor.protocol.timings``); ``None`` for a step inside a stage
+        and where it was not timed.
     """
 
     stage: str
@@ -57,10 +61,12 @@ class StageGraph:
     graph: torch.fx.GraphModule
     step: str = ""
     artifact: Any = None
+    seconds: float | None = None
 
     def __str__(self) -> str:
         where = f"{self.stage}: {self.step}" if self.step else self.stage
-        return f"# after {where} ({self.label})\n{self.graph.code.strip()}\n"
+        took = f" in {self.seconds:.2f} s" if self.seconds is not None else ""
+        return f"# after {where} ({self.label}){took}\n{self.graph.code.strip()}\n"
 
 
 @dataclass
