@@ -302,7 +302,8 @@ def test_a_function_writing_its_input_behind_dynamo_runs_eagerly_with_a_warning(
     def fn(x: torch.Tensor) -> torch.Tensor:
         return _Doubling.apply(x * 1).sin()
 
-    with pytest.warns(UserWarning, match="eagerly: .*autograd.Function.*marks an input dirty"):
+    # torch 2.11's dynamo passes no dirty_idx: the probe then sees the write to the input itself
+    with pytest.warns(UserWarning, match="eagerly: .*autograd.Function.*(marks an input dirty|writes to its inputs)"):
         check(fn, torch.randn(3, requires_grad=True), compile=lambda f: torch.compile(f, backend="conveyor"))
 
 
