@@ -1,4 +1,6 @@
+import conveyor
 import pytest
+import torch
 from conveyor import ConfigError, resolve
 from conveyor.protocol.config import Config
 
@@ -64,3 +66,20 @@ def test_tool_conveyor_that_is_not_a_table_is_a_config_error(tmp_path):
     start = write_pyproject(tmp_path, '[tool]\nconveyor = "eager"\n')
     with pytest.raises(ConfigError, match=r"\[tool.conveyor\] must be a table .* not a str: 'eager'"):
         resolve(environ={}, start=start)
+
+
+def test_a_bad_environment_value_names_its_variable():
+    """Issue 23: errors that name their source."""
+    with pytest.raises(conveyor.ConfigError, match=r"environment variable CONVEYOR_CACHE\): 'cache' must be"):
+        conveyor.resolve(environ={"CONVEYOR_CACHE": "maybe"})
+    with pytest.raises(conveyor.ConfigError, match=r"environment variable CONVEYOR_DYNAMIC"):
+        conveyor.resolve(environ={"CONVEYOR_DYNAMIC": "sometimes"})
+    assert conveyor.resolve(environ={"CONVEYOR_CACHE": "off", "CONVEYOR_PROGRESS": "yes"}).cache is False
+
+
+def test_an_unknown_stage_named_in_the_environment_names_the_variable(monkeypatch):
+    monkeypatch.setenv("CONVEYOR_ENABLE", "no_such_stage")
+    with pytest.raises(conveyor.ConfigError, match=r"'enable' \(from environment variable CONVEYOR_ENABLE\): unknown"):
+        conveyor.compile(lambda x: x + 1)(torch.ones(1))
+    config = conveyor.resolve({"disable": ["dedupe"]}, environ={})
+    assert config.source_of("disable") == " (from arguments)" and config.source_of("backend") == ""

@@ -67,7 +67,7 @@ def test_an_option_table_for_neither_a_stage_nor_a_tool_lists_both() -> None:
 
 @pytest.mark.parametrize("key", ["enable", "disable"])
 def test_enabling_or_disabling_a_tool_says_how_it_is_used(key: str) -> None:
-    with pytest.raises(ConfigError, match=rf"config '{key}': 'tracer' is a tool, not a stage .* `with tracer.on\(\): ...`"):
+    with pytest.raises(ConfigError, match=rf"config '{key}'.*: 'tracer' is a tool, not a stage .* `with tracer.on\(\): ...`"):
         _pipeline(_plugins(TRACER), **{key: ["tracer"]})
 
 

@@ -69,6 +69,9 @@ class Config:
     cache: bool = True
     cache_dir: str | None = None
     progress: bool = True
+    #: where each key was last set ("environment variable CONVEYOR_ENABLE", a pyproject.toml's path,
+    #: "arguments"), for errors found later (an unknown stage name) to name it; not a setting
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         overlap = set(self.enable) & set(self.disable)
@@ -77,7 +80,7 @@ class Config:
 
     def merged(self, layer: Mapping[str, Any], source: str) -> Config:
         """This config overlaid with one layer of raw settings from ``source``."""
-        valid = {f.name for f in dataclasses.fields(Config)}
+        valid = {f.name for f in dataclasses.fields(Config)} - {"sources"}
         unknown = sorted(set(layer) - valid)
         if unknown:
             raise ConfigError(
@@ -113,7 +116,12 @@ class Config:
             changes["disable"] = tuple(n for n in self.disable if n not in changes["enable"])
         if "disable" in changes and "enable" not in changes:
             changes["enable"] = tuple(n for n in self.enable if n not in changes["disable"])
-        return dataclasses.replace(self, **changes)
+        sources = {**self.sources, **{key: source for key in changes}}
+        return dataclasses.replace(self, **changes, sources=sources)
+
+    def source_of(self, key: str) -> str:
+        """Where ``key`` was set, for an error message: ``" (from ...)"``, or nothing."""
+        return f" (from {self.sources[key]})" if key in self.sources else ""
 
     def options_for(self, stage: str) -> Mapping[str, Any]:
         return self.stages.get(stage, {})
@@ -129,7 +137,12 @@ def _names(value: Any, key: str, source: str) -> tuple[str, ...]:
 
 def _switch(value: Any, key: str, source: str) -> bool:
     if isinstance(value, str):
-        return value.strip().lower() not in ("0", "false", "no", "off", "")
+        word = value.strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off", ""):
+            return False
+        raise ConfigError(f"config ({source}): {key!r} must be 1/true/yes/on or 0/false/no/off, not {value!r}")
     if not isinstance(value, (bool, int)):
         raise ConfigError(f"config ({source}): {key!r} must be true or false, not {value!r}")
     return bool(value)
@@ -194,16 +207,6 @@ _ENV = {
 }
 
 
-def env_layer(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    environ = os.environ if environ is None else environ
-    layer: dict[str, Any] = {}
-    for var, key in _ENV.items():
-        if var in environ:
-            raw = environ[var]
-            layer[key] = raw
-    return layer
-
-
 def resolve(
     overrides: Mapping[str, Any] | None = None,
     *,
@@ -213,5 +216,8 @@ def resolve(
     """Defaults < pyproject.toml < environment < ``overrides``."""
     table, where = pyproject_layer(start)
     config = Config().merged(table, where)
-    config = config.merged(env_layer(environ), "environment")
+    environ = os.environ if environ is None else environ
+    for var, key in _ENV.items():  # one layer per variable: an error names it
+        if var in environ:
+            config = config.merged({key: environ[var]}, f"environment variable {var}")
     return config.merged(dict(overrides or {}), "arguments")

@@ -21,15 +21,22 @@ def select(available: Mapping[str, StageSpec], config: Config, default_backend: 
     for key in ("enable", "disable"):
         unknown = sorted(set(getattr(config, key)) - set(available))
         if unknown:
-            raise ConfigError(f"config {key!r}: unknown stage(s) {unknown}; installed stages are {names}")
+            raise ConfigError(
+                f"config {key!r}{config.source_of(key)}: unknown stage(s) {unknown}; installed stages are {names}"
+            )
     unknown_opts = sorted(set(config.stages) - set(available))
     if unknown_opts:
-        raise ConfigError(f"config 'stages': options for unknown stage(s) {unknown_opts}; installed stages are {names}")
+        raise ConfigError(
+            f"config 'stages'{config.source_of('stages')}: options for unknown stage(s) {unknown_opts}; "
+            f"installed stages are {names}"
+        )
 
     backends = sorted(n for n, s in available.items() if s.kind == "backend")
     backend = config.backend or default_backend
     if backend not in available:
-        raise ConfigError(f"config 'backend': unknown backend {backend!r}; installed backends are {backends}")
+        raise ConfigError(
+            f"config 'backend'{config.source_of('backend')}: unknown backend {backend!r}; installed backends are {backends}"
+        )
     if available[backend].kind != "backend":
         raise ConfigError(f"config 'backend': {backend!r} is a wrapper stage; backends are {backends}")
     if backend in config.disable:

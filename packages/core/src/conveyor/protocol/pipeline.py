@@ -161,13 +161,14 @@ def _check_tools(
         if named:
             tool = tools[named[0]].spec
             raise ConfigError(
-                f"config {key!r}: {tool.name!r} is a tool, not a stage of the pipeline; it is used as "
+                f"config {key!r}{config.source_of(key)}: {tool.name!r} is a tool, not a stage of the pipeline; it is used as "
                 f"`{tool.usage}` (its options: [tool.conveyor.stages.{tool.name}])"
             )
     unknown = sorted(set(config.stages) - set(stages) - set(tools))
     if unknown:
         raise ConfigError(
-            f"config 'stages': options for unknown stage(s) {unknown}; installed stages are {sorted(stages)}"
+            f"config 'stages'{config.source_of('stages')}: options for unknown stage(s) {unknown}; "
+            f"installed stages are {sorted(stages)}"
             + (f" and tools {sorted(tools)}" if tools else "")
         )
 
