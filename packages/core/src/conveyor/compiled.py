@@ -41,13 +41,13 @@ from conveyor.errors import (
     DynamoSplits,
     EagerFallback,
     StageError,
-    SymbolicSizesUnsupported,
+    refuses_symbols,
 )
 from conveyor.frontend.capture import CallLayout, ModuleState, capture, lifted_state
 from conveyor.frontend.fallback import watching_capture
 from conveyor.frontend.objects import ObjectArgs, walk_args
 from conveyor.frontend.subclasses import boundary_key
-from conveyor.frontend.wrappers import hooks_key, refuse_distributed_wrapper
+from conveyor.frontend.wrappers import refuse_distributed_wrapper
 from conveyor.protocol import timings
 from conveyor.protocol.config import Config, resolve
 from conveyor.protocol.lowering import warn_eager
@@ -197,7 +197,7 @@ class Compiled:
         if state is None:
             return (spec_key, values, (), core, stage_keys, boundary_key(flat), (), ())
         # Note [Forward hooks]; Note [Module state per call]
-        structure, hooks = state.structure, hooks_key(state.modules)
+        structure, hooks = state.structure, state.hooks
         return (spec_key, values, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
 
     # -- a cache miss -------------------------------------------------------
@@ -256,8 +256,8 @@ class Compiled:
         if dims:
             try:
                 return self._compile_once(flat, state_names, in_spec, leaves, constants, objects, dims)
-            except (SymbolicSizesUnsupported, CaptureError, StageError) as exc:
-                if isinstance(exc, StageError) and not _refuses_symbols(exc):
+            except (CaptureError, StageError) as exc:
+                if isinstance(exc, StageError) and not refuses_symbols(exc):
                     raise  # a stage that failed for another reason: loud, never hidden behind a static compile
                 warnings.warn(
                     f"conveyor: compiling {self._name()} with static sizes: with symbolic sizes it failed: "
@@ -329,17 +329,6 @@ class Compiled:
 _SIZED = 256
 #: entry guards kept per coarse key, the latest first (more take the full key)
 _GUARDS = 8
-
-
-def _refuses_symbols(exc: StageError) -> bool:
-    """Note [Refusing symbolic sizes]: a stage that cannot take a program's
-    symbolic sizes says so with :class:`SymbolicSizesUnsupported` (or
-    Python's ``NotImplementedError``, which the pipeline wraps); the call
-    then compiles with static sizes, with a warning naming the stage. A
-    capture that fails under symbolic sizes (a ``CaptureError``: a limit of
-    torch's tracing) does the same. Any other failure of a stage propagates:
-    a stage's bug is never hidden behind a static compile."""
-    return isinstance(exc, SymbolicSizesUnsupported) or isinstance(exc.__cause__, NotImplementedError)
 
 
 def _no_compiled(args: list[Any]) -> Sequence[Any]:

@@ -31,7 +31,18 @@ class StageError(ConveyorError, RuntimeError):
 class SymbolicSizesUnsupported(StageError):
     """A stage cannot take this program's symbolic sizes: the call compiles
     again with static sizes, with a warning that names the stage (Note
-    [Refusing symbolic sizes] in ``conveyor.compiled``)."""
+    [Refusing symbolic sizes])."""
+
+
+def refuses_symbols(exc: StageError) -> bool:
+    """Note [Refusing symbolic sizes]: a stage that cannot take a program's
+    symbolic sizes says so with :class:`SymbolicSizesUnsupported` (or
+    Python's ``NotImplementedError``, which the pipeline wraps); the call
+    then compiles with static sizes, with a warning naming the stage. A
+    capture that fails under symbolic sizes (a ``CaptureError``: a limit of
+    torch's tracing) does the same. Any other failure of a stage propagates:
+    a stage's bug is never hidden behind a static compile."""
+    return isinstance(exc, SymbolicSizesUnsupported) or isinstance(exc.__cause__, NotImplementedError)
 
 
 class CaptureError(ConveyorError):

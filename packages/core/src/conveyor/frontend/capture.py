@@ -21,7 +21,6 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from torch.nn.modules import module as _module
 
 from conveyor.analysis.grad_regions import detach_no_grad_results, trace_below_autograd
 from conveyor.errors import DataDependentError
@@ -29,7 +28,7 @@ from conveyor.frontend import subclasses
 from conveyor.frontend.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
-from conveyor.frontend.reachable import StateWatch, refuse_changed_containers
+from conveyor.frontend.reachable import StateWatch, hook_dicts, refuse_changed_containers
 
 _FLOW_HINT = (
     "conveyor.compile traces with make_fx, which cannot follow Python control flow that "
@@ -125,11 +124,12 @@ class ModuleState:
 
     def _refresh(self) -> None:
         self.modules = tuple(m for _, m in self.module.named_modules(remove_duplicate=False))
-        self._dicts = (
-            *(d for m in self.modules for d in (m.__dict__, m._parameters, m._buffers, m._modules, *_hook_dicts(m))),
-            *_hook_dicts(None),
-        )
+        hooks = (*hook_dicts(None), *(d for m in self.modules for d in hook_dicts(m)))
+        self._dicts = (*(d for m in self.modules for d in (m.__dict__, m._parameters, m._buffers, m._modules)), *hooks)
         self._tags = dict_tags(self._dicts)
+        #: the forward hooks in force, for the compile-cache key (Note [Forward hooks]): their
+        #: handles (a handle id is never reused), read again when a hook dict changed
+        self.hooks = tuple(tuple(d) for d in hooks)
         names, tensors = lifted_state(self.module)
         self.structure = (self.modules, tuple(names))
         self._tensors = tuple(tensors)
@@ -143,13 +143,6 @@ class ModuleState:
 
     def training(self) -> tuple[bool, ...]:
         return tuple(m.training for m in self.modules)
-
-
-def _hook_dicts(m: torch.nn.Module | None) -> tuple[dict[Any, Any], ...]:
-    """The dicts of a module's forward hooks, or (``None``) the process's global ones."""
-    if m is None:
-        return (_module._global_forward_pre_hooks, _module._global_forward_hooks)
-    return (m._forward_pre_hooks, m._forward_hooks)
 
 
 def _dict_tags(versions: bool = True) -> Callable[[Sequence[dict[str, Any]]], Hashable]:

@@ -56,7 +56,7 @@ def watching_capture(seeding: bool = True) -> Iterator[None]:
         if _installed[0] == 0:
             _install()
         _installed[0] += 1
-    outermost = not _in_capture()
+    outermost = not watching()
     _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
         with _watching_seeding() if outermost and seeding else contextlib.nullcontext():
@@ -184,20 +184,16 @@ def _original_apply() -> Any:
 _ORIGINAL_APPLY = _original_apply()
 
 
-def _in_capture() -> bool:
+def watching() -> bool:
+    """A capture in this thread watches the program (:func:`watching_capture`)."""
     return bool(getattr(_capturing, "depth", 0))
 
 
-def watching() -> bool:
-    """A capture in this thread watches the program (:func:`watching_capture`)."""
-    return _in_capture()
-
-
 def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-    if _in_capture() and torch.is_grad_enabled() and cls.__module__ == _CUSTOM_OP_AUTOGRAD:
+    if watching() and torch.is_grad_enabled() and cls.__module__ == _CUSTOM_OP_AUTOGRAD:
         with recorded_with_grad():  # Note [Custom ops]
             return original_apply(cls, *args, **kwargs)
-    if _in_capture() and torch.is_grad_enabled() and any(
+    if watching() and torch.is_grad_enabled() and any(
         t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
     ):
         if cls is CheckpointFunction and not kwargs:  # Note [Reentrant checkpointing]

@@ -76,15 +76,25 @@ def _functions(fn: Callable[..., Any] | None, module: torch.nn.Module | None) ->
     return found
 
 
+def hook_dicts(m: torch.nn.Module | None) -> tuple[dict[Any, Any], ...]:
+    """The dicts holding a module's forward (pre-)hooks, or (``None``) the
+    process's global ones: the one place that says where forward hooks live."""
+    if m is None:
+        return (_module._global_forward_pre_hooks, _module._global_forward_hooks)
+    return (m._forward_pre_hooks, m._forward_hooks)
+
+
 def forward_hooks(modules: Iterable[torch.nn.Module]) -> Iterator[tuple[str, Any]]:
     """The forward (pre-)hooks that run when ``modules`` are called: the
     process's global ones, then each module's, with where they are
     registered (Note [Forward hooks])."""
-    for hook in (*_module._global_forward_pre_hooks.values(), *_module._global_forward_hooks.values()):
-        yield "a global module hook", hook
+    for d in hook_dicts(None):
+        for hook in d.values():
+            yield "a global module hook", hook
     for m in modules:
-        for hook in (*m._forward_pre_hooks.values(), *m._forward_hooks.values()):
-            yield f"a forward hook of {type(m).__qualname__}", hook
+        for d in hook_dicts(m):
+            for hook in d.values():
+                yield f"a forward hook of {type(m).__qualname__}", hook
 
 
 def _hook_parts(label: str, hook: Any) -> tuple[list[tuple[str, types.FunctionType]], list[tuple[str, Any]]]:

@@ -28,14 +28,12 @@ compile is seen at the next call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.nn.modules import module as _module
 
 from conveyor.errors import CaptureError
-from conveyor.frontend.capture import dict_tags
 
 #: hooks from these modules only transform tensors and are compiled in
 _PURE_HOOK_MODULES = ("torch.distributed.tensor.parallel.",)
@@ -80,25 +78,3 @@ def refuse_distributed_wrapper(fn: Callable[..., Any]) -> None:
         f"compile it with torch.compile(model, backend='conveyor') instead, {inner} "
         "(Note [Distributed wrappers])"
     )
-
-
-def hooks_key(modules: Sequence[torch.nn.Module]) -> Hashable:
-    """The forward hooks in force, for the compile-cache key: the handles of
-    the process's and each module's hook dicts (a handle id is never
-    reused), so a hook registered or removed after a compile is seen at the
-    next call. Rebuilt only when one of the dicts changed (their version
-    tags, read with no Python loop) or the modules did."""
-    if _last[0] is not modules:
-        dicts = (
-            _module._global_forward_pre_hooks,
-            _module._global_forward_hooks,
-            *(d for m in modules for d in (m._forward_pre_hooks, m._forward_hooks)),
-        )
-        _last[:] = [modules, dicts, None, None]
-    tags = dict_tags(_last[1])
-    if tags != _last[2]:
-        _last[2:] = [tags, tuple(tuple(d) for d in _last[1])]
-    return _last[3]
-
-
-_last: list[Any] = [None, (), None, None]  # modules, their hook dicts, the dicts' tags, the key
