@@ -10,7 +10,7 @@ eager and TorchInductor.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +18,8 @@ from typing import Any
 import torch
 
 _active: list[Counters] = []
+#: receivers of every kernel launch (Note [Launch watchers])
+_watchers: list[Callable[[Any, Sequence[Any], Mapping[str, int]], None]] = []
 
 
 @dataclass
@@ -72,3 +74,32 @@ def counting() -> Iterator[Counters]:
         yield counters
     finally:
         _active.remove(counters)
+
+
+# Note [Launch watchers]: a tool that needs each launch as Triton sees it (the
+# ahead-of-time compile check, ``benchmarks/triton_ptx.py``) registers a
+# callable with :func:`watching_launches`; every kernel launch then calls it
+# with the :class:`~conveyor_triton.codegen.KernelSource`, the positional
+# arguments exactly as passed to the jit function (tensors and ints), and the
+# launch's keyword arguments (block sizes, ``num_warps``, ``num_stages``).
+# Off unless a watcher is registered (one list check per launch).
+
+
+def watched() -> bool:
+    return bool(_watchers)
+
+
+def launched(source: Any, args: Sequence[Any], meta: Mapping[str, int]) -> None:
+    """Tell every watcher about one launch (Note [Launch watchers])."""
+    for w in list(_watchers):
+        w(source, args, meta)
+
+
+@contextmanager
+def watching_launches(watcher: Callable[[Any, Sequence[Any], Mapping[str, int]], None]) -> Iterator[None]:
+    """Call ``watcher(source, args, meta)`` for every kernel launched inside the block."""
+    _watchers.append(watcher)
+    try:
+        yield
+    finally:
+        _watchers.remove(watcher)

@@ -126,6 +126,8 @@ class KernelStep:
             blocks = block_sizes(cast(torch.device, device), k.xnumel, k.rnumel)  # set by a load or a store
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
             self.fn(index64)[grid](*args, **blocks)
+            if metrics.watched():
+                metrics.launched(self.sources[index64], args, blocks)
             if metrics.active():
                 metrics.record("kernel", tensors, outs)
         for view in self.post_views:
