@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 from conveyor import Config, PipelineError, Plugins
-from conveyor.errors import ConfigError
+from conveyor.errors import ConfigError, StageError
 from conveyor.protocol.ordering import select, toposort
 from conveyor.protocol.pipeline import Pipeline
 from conveyor.testing.pytest_plugin import stage_plugin
@@ -129,3 +129,19 @@ def test_a_backend_declares_the_devices_it_is_the_default_for():
 def test_only_a_backend_can_be_a_device_default():
     with pytest.raises(ValueError, match="only a backend"):
         wrapper("w", default_for=("cuda",))
+
+
+def test_a_stage_probe_runs_when_a_pipeline_that_includes_it_is_built():
+    calls = []
+
+    def refuse():
+        calls.append("probed")
+        raise ImportError("torch has no compile_fx_inner")
+
+    probed = backend("picky", probe=refuse)
+    # installed but not chosen: never probed, the other pipelines build
+    assert _pipeline_with(probed).backend.name == "eager"
+    assert calls == []
+    with pytest.raises(StageError, match=r"'picky': cannot work here: ImportError: torch has no compile_fx_inner"):
+        _pipeline_with(probed, config=Config(backend="picky"))
+    assert calls == ["probed"]

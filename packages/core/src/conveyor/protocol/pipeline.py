@@ -37,8 +37,8 @@ class Pipeline:
     """The ordered, enabled stages of one configuration, ready to compile.
 
     Building it checks everything that can be checked without a program:
-    stage names, options, requirements, ordering, the backend, and the
-    options of the installed tools (Note [Tools beside the stages] in
+    stage names, options, requirements, ordering, the backend, each chosen
+    stage's probe (``StageSpec.probe``), and the options of the installed tools (Note [Tools beside the stages] in
     ``conveyor.protocol.tool``).
     """
 
@@ -51,6 +51,8 @@ class Pipeline:
         specs = {name: r.spec for name, r in self.available.items()}
         staged = dataclasses.replace(config, stages={n: o for n, o in config.stages.items() if n not in self.tools})
         self.stages: tuple[StageSpec, ...] = tuple(ordering.select(specs, staged, default_backend))
+        for stage in self.stages:
+            _probe(stage)
         self.options: dict[str, dict[str, Any]] = {
             s.name: _options(s.name, s.options, config) for s in self.stages
         }
@@ -143,6 +145,19 @@ class Pipeline:
                 raise StageError(stage.name, f"{type(exc).__name__}: {exc}") from exc
         graphs += [g if g.step else dataclasses.replace(g, seconds=took[0]) for g in stamps]
         return result, took[0]
+
+
+def _probe(stage: StageSpec) -> None:
+    """Run the stage's declared probe (``StageSpec.probe``): a refusal is a
+    ``StageError`` naming the stage, raised while the pipeline is built."""
+    if stage.probe is None:
+        return
+    try:
+        stage.probe()
+    except StageError:
+        raise
+    except Exception as exc:
+        raise StageError(stage.name, f"cannot work here: {type(exc).__name__}: {exc}") from exc
 
 
 def _check_tools(

@@ -166,6 +166,12 @@ class StageSpec:
     :ivar default_for: a backend only: the device types (``"cuda"``) it is
         the default backend for when the configuration names none; the core
         asks these declarations and names no backend itself.
+    :ivar probe: optional; called with no arguments when a pipeline that
+        includes this stage is built, to check what the stage needs from its
+        environment (a torch internal it calls, a tool). It raises to refuse:
+        the pipeline build fails with a :class:`~conveyor.errors.StageError`
+        naming the stage. A stage installed but not in the pipeline is never
+        probed, so one that cannot work here does not stop the others.
     """
 
     name: str
@@ -180,6 +186,7 @@ class StageSpec:
     enabled_by_default: bool = True
     description: str = ""
     default_for: tuple[str, ...] = ()
+    probe: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
