@@ -1,0 +1,75 @@
+"""The ``inductor`` backend: conveyor's final functional graph through Inductor.
+
+Note [Symbolic sizes in the inductor backend]: a graph with symbolic sizes
+(``conveyor.compile``'s automatic or ``dynamic=True`` sizes, dynamo's
+dynamic graphs, compiled autograd's lifted sizes) goes to Inductor as it
+is, with the request's fake inputs and so the request's fake mode and
+``ShapeEnv``: Inductor detects the fake mode from the inputs, writes
+size-generic code (sizes read from the arguments at run time, symbols bound
+from them) and records whatever it assumes about a symbol as a guard in that
+``ShapeEnv``. Each caller turns the ``ShapeEnv``'s guards into its run-time
+check after the pipeline has compiled (``Guards.of`` for ``conveyor.compile``,
+dynamo's own guards behind ``torch.compile``, the segment guards of compiled
+autograd), so Inductor's assumptions are checked on every call, as under
+``torch.compile``. The triton backend specializes instead (Note [Symbolic
+sizes in the triton backend]) because its kernel generator needs static
+shapes and a new size costs it one cheap lowering; here a new size would
+cost a C++ build of seconds, and Inductor needs no static sizes.
+
+The decompositions (Note [Probing Inductor]) are applied by retracing the
+received graph under the request's fake mode, as AOTAutograd applies them
+for Inductor; the retrace also gives every node the ``meta["val"]``
+Inductor lowers from. ``detach`` is left out of the table: the retrace
+checks every gradient cut, and Inductor lowers ``detach`` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from conveyor import CompiledFn, Request, StageError, stamp
+from conveyor.stage_api import writes
+
+from conveyor_inductor.probe import STAGE, require_cxx
+from conveyor_inductor.program import compile_graph, describe_inputs, program
+
+OPTIONS: dict[str, Any] = {
+    # Inductor configuration for this backend's compiles, as torch._inductor.config.patch takes it
+    # ({"fallback_random": True}, {"cpp.simdlen": 0}); part of the compile-cache key
+    "config": {},
+}
+
+
+class InductorBackend:
+    """Compiles a request's graph with Inductor into an
+    :class:`~conveyor_inductor.program.InductorProgram`'s callable.
+
+    It stamps (Note [Stamps] in ``conveyor.protocol.stamps``) the graph it
+    handed Inductor, after the decompositions, with the program (its
+    generated code) as the stamp's artifact."""
+
+    def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
+        tensors = [t for t in request.inputs if isinstance(t, torch.Tensor)]
+        if any(writes(n) for n in request.graph.graph.nodes if n.op == "call_function"):
+            raise StageError(
+                STAGE,
+                "the graph writes to tensors; Inductor's entry takes functional graphs: "
+                "enable the functionalize stage (it replays the writes after the compiled graph)",
+            )
+        if request.grad_enabled and any(t.requires_grad for t in tensors):
+            raise StageError(
+                STAGE,
+                "inputs require grad, and Inductor's kernels record no autograd history; "
+                "enable the autograd stage (it hands this backend separate forward and backward graphs), "
+                "or run under torch.no_grad()",
+            )
+        devices = {t.device.type for t in tensors} or {"cpu"}
+        if "cpu" in devices:
+            require_cxx()
+        config = dict(options.get("config") or {})
+        gm, compiled = compile_graph(request.graph, request.inputs, request.fake_mode, request.label, config)
+        made = program(request, gm, compiled, describe_inputs(request.inputs), config)
+        stamp(gm, artifact=made.info)
+        return made.run

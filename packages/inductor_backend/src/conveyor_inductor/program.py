@@ -1,0 +1,168 @@
+"""Compiling one graph with Inductor, and the run-time callable it gives.
+
+Note [Storing Inductor programs]: the disk cache pickles a program's
+run-time callable (Note [Picklable run-time callables] in
+``conveyor.protocol.artifacts``). What Inductor returns holds a loaded
+shared library (C++ on CPU) or Triton launchers, which do not pickle, and
+its own serialization (``prepare_for_serialization``) is private and
+changes between releases. The callable is stored instead as the call that
+makes it: the graph the backend received, a plain-data description of each
+input (sizes, strides, storage offset, dtype, device, ``requires_grad``; an
+int as its value), the label and the Inductor configuration. Loading makes
+a callable that compiles on its first call: fake inputs from the
+descriptions, the same retrace and the same ``compile_fx_inner`` call as
+the first process, under the configuration Inductor has in that process.
+Inductor's own FX graph cache usually serves that compile (the graph, the
+inputs and the configuration are Inductor's cache key), so a loaded program
+costs a cache lookup and a library load, not a C++ build; and what runs is
+always what Inductor makes of this graph now, never a stale binary. A graph
+with symbolic sizes is not described (its sizes are symbols of a live
+``ShapeEnv``, which a later process cannot have): its callable does not
+pickle, and the program is not stored (the disk cache stores no symbolic
+program anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import conveyor
+import torch
+from conveyor import CompiledFn, Request
+from conveyor.stage_api import reducible
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from conveyor_inductor.probe import api
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A static tensor input, in plain data."""
+
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    dtype: torch.dtype
+    device: str
+    requires_grad: bool
+
+    def fake(self) -> torch.Tensor:
+        """A tensor with this description, made under the active fake mode."""
+        span = 1 + sum((n - 1) * s for n, s in zip(self.size, self.stride) if n > 0) if all(self.size) else 0
+        base = torch.empty(self.storage_offset + span, dtype=self.dtype, device=self.device)
+        made = base.as_strided(self.size, self.stride, self.storage_offset) if base.numel() else base.view(self.size)
+        made = made.detach()
+        return made.requires_grad_() if self.requires_grad else made
+
+
+@dataclass(frozen=True)
+class InductorProgram:
+    """What the backend made of one graph, for introspection (the stamp's
+    artifact; ``conveyor_inductor.programs(compiled)`` lists them).
+
+    :ivar label: which program (``forward``, ``backward``, ...).
+    :ivar source: Inductor's generated code (the Python wrapper, with the C++
+        or Triton kernels in it); empty for a program loaded from the disk
+        cache before its first call.
+    :ivar devices: the device types of its tensor inputs.
+    """
+
+    label: str
+    source: str
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Made:
+    """The backend's result: the run-time callable and its artifact."""
+
+    run: CompiledFn
+    info: InductorProgram
+
+
+def describe_inputs(inputs: Sequence[Any]) -> tuple[TensorSpec | int | float | bool, ...] | None:
+    """Plain-data descriptions of static inputs; ``None`` when any is symbolic
+    (Note [Storing Inductor programs])."""
+    described: list[TensorSpec | int | float | bool] = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            if x.layout is not torch.strided:
+                return None
+            dims = (*x.shape, *x.stride(), x.storage_offset())
+            if any(not isinstance(d, int) for d in dims):
+                return None
+            described.append(
+                TensorSpec(
+                    tuple(x.shape), tuple(x.stride()), int(x.storage_offset()), x.dtype, str(x.device), x.requires_grad
+                )
+            )
+        elif isinstance(x, bool | int | float) and not isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
+            described.append(x)
+        else:
+            return None
+    return tuple(described)
+
+
+def compile_graph(
+    graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any, label: str, config: dict[str, Any]
+) -> tuple[torch.fx.GraphModule, Any]:
+    """``graph`` decomposed with Inductor's table (retraced under ``fake_mode``
+    on ``inputs``) and compiled by Inductor: the decomposed graph as Inductor
+    left it, and Inductor's callable (Note [Symbolic sizes in the inductor
+    backend])."""
+    inductor = api()
+    table = {op: fn for op, fn in inductor.decompositions().items() if op is not torch.ops.aten.detach.default}
+
+    def run(*flat: Any) -> tuple[Any, ...]:
+        return tuple(conveyor.call_graph(graph, flat))
+
+    gm = conveyor.retrace(run, inputs, fake_mode, decomposition_table=table)
+    with inductor.config.patch(config):
+        compiled = inductor.compile_graph(gm, list(inputs), is_backward=label == "backward")
+    return gm, compiled
+
+
+def program(
+    request: Request,
+    gm: torch.fx.GraphModule,
+    compiled: Any,
+    described: tuple[TensorSpec | int | float | bool, ...] | None,
+    config: dict[str, Any],
+) -> Made:
+    """The run-time callable of a compiled graph, picklable when the inputs
+    are ``described`` (Note [Storing Inductor programs])."""
+    devices = tuple(sorted({t.device.type for t in request.inputs if isinstance(t, torch.Tensor)}))
+    info = InductorProgram(request.label, str(getattr(compiled, "source_code", "") or ""), devices)
+
+    def run(args: list[Any]) -> Sequence[Any]:
+        return compiled(args)  # type: ignore[no-any-return]
+
+    if described is None:
+        return Made(run, info)  # a closure that does not pickle: the program is not stored
+    graph = request.graph
+    return Made(reducible(run, _loaded, graph, described, request.label, config, request.grad_enabled), info)
+
+
+def _loaded(
+    graph: torch.fx.GraphModule,
+    described: tuple[TensorSpec | int | float | bool, ...],
+    label: str,
+    config: dict[str, Any],
+    grad_enabled: bool,
+) -> CompiledFn:
+    """The callable of a program loaded from the disk cache: compiled with
+    Inductor on its first call (Note [Storing Inductor programs])."""
+    compiled: list[Any] = []
+
+    def run(args: list[Any]) -> Sequence[Any]:
+        if not compiled:
+            fake_mode = FakeTensorMode()
+            with fake_mode:
+                fakes = [d.fake() if isinstance(d, TensorSpec) else d for d in described]
+            with torch.set_grad_enabled(grad_enabled):
+                compiled.append(compile_graph(graph, fakes, fake_mode, label, config)[1])
+        return compiled[0](args)  # type: ignore[no-any-return]
+
+    return reducible(run, _loaded, graph, described, label, config, grad_enabled)
