@@ -54,8 +54,9 @@ from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.plugins import Plugins
 from conveyor.protocol.stage import CompiledFn
-from conveyor.runtime import cache, dynamic_shapes
+from conveyor.runtime import cache, dynamic_shapes, recompiles
 from conveyor.runtime.entry_guard import EntryGuard
+from conveyor.runtime.recompiles import CallKey
 from conveyor.runtime.subclass_joint import compile_program
 
 
@@ -102,6 +103,7 @@ class Compiled:
         self._epoch: tuple[int, int] = (-1, -1)  # the module state's version and the hook counter they hold for
         self._keyed = tuple(s.cache_key for s in self.pipeline.stages if s.cache_key is not None)
         self._split: Callable[..., Any] | None = None  # Note [Programs only dynamo can split]
+        self._hits_logged: set[Hashable] = set()  # Note [Recompile reasons]
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -179,6 +181,9 @@ class Compiled:
         arguments, hashable): cached, or compiled now."""
         key = self._key(flat, spec_key, values)
         entry = self._cache.get(key) or self._sized.get(key)
+        if entry is not None and recompiles.enabled() and key not in self._hits_logged:
+            self._hits_logged.add(key)  # Note [Recompile reasons]: an entry's first reuse by its key
+            recompiles.hit(self._name(), key)
         if entry is None:
             entry = self._miss(key, flat, in_spec, leaves, constants, objects)
             if entry.guards is None:
@@ -189,16 +194,34 @@ class Compiled:
                     del self._sized[next(iter(self._sized))]
         return entry
 
-    def _key(self, flat: Sequence[Any], spec_key: Hashable, values: tuple[tuple[int, Any], ...]) -> Hashable:
+    def _key(self, flat: Sequence[Any], spec_key: Hashable, values: tuple[tuple[int, Any], ...]) -> CallKey:
         with sharing.keying(flat):  # Note [A cheap call key]
             core = cache.call_key(flat)
             stage_keys = tuple([s(flat) for s in self._keyed])
         state = self._state
         if state is None:
-            return (spec_key, values, (), core, stage_keys, boundary_key(flat), (), ())
+            return CallKey(spec_key, values, (), core, stage_keys, boundary_key(flat), (), ())
         # Note [Forward hooks]; Note [Module state per call]
         structure, hooks = state.structure, state.hooks
-        return (spec_key, values, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
+        return CallKey(spec_key, values, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
+
+    def _input_names(self, flat: Sequence[Any], in_spec: Any, leaves: Sequence[Any]) -> tuple[list[str], list[str]]:
+        """Names of the flat inputs and of the call's leaves, for the log."""
+        args, kwargs = pytree.tree_unflatten(list(leaves), in_spec)
+        leaf_names = recompiles.leaf_names(self.module.forward if self.module is not None else self.fn, args, kwargs)
+        state_names = lifted_state(self.module)[0] if self.module is not None else []
+        tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
+        return recompiles.flat_names(state_names, leaf_names, tensor_leaves, len(flat)), leaf_names
+
+    def _log_miss(self, key: CallKey, flat: Sequence[Any], in_spec: Any, leaves: Sequence[Any], how: str) -> None:
+        """Note [Recompile reasons]: a first compile, or what differs from
+        the closest key compiled before."""
+        names, leaf_names = self._input_names(flat, in_spec, leaves)
+        held = [k for k in (*self._cache, *self._sized) if isinstance(k, CallKey)]
+        stages = [s.name for s in self.pipeline.stages if s.cache_key is not None]
+        recompiles.miss(
+            self._name(), key, held, lambda old, new: recompiles.call_changes(old, new, names, leaf_names, stages), how
+        )
 
     # -- a cache miss -------------------------------------------------------
     def _miss(
@@ -215,12 +238,19 @@ class Compiled:
         dynamic shapes])."""
         state_names = lifted_state(self.module)[0] if self.module is not None else []
         dynamic = self.config.dynamic
+        logging = recompiles.enabled()
+        assert isinstance(key, CallKey)
         if dynamic is False:
+            if logging:
+                self._log_miss(key, flat, in_spec, leaves, "static sizes (dynamic=False)")
             return self._compile(flat, state_names, in_spec, leaves, constants, objects)
-        assert isinstance(key, tuple)
         skey = (*key[:3], dynamic_shapes.shapeless_key(flat), *key[4:])  # _key's call_key without sizes
-        for entry in self._symbolic.get(skey, ()):
+        symbolic = self._symbolic.get(skey, ())
+        for entry in symbolic:
             if entry.guards is None or entry.guards.check([*flat, *entry.closure]):
+                if logging:
+                    self._hits_logged.add(key)
+                    recompiles.hit(self._name(), key, "an entry with symbolic sizes whose size guards hold")
                 return entry
         first = self._first_sizes.get(skey)
         dims: frozenset[tuple[int, int]] = frozenset()
@@ -229,6 +259,14 @@ class Compiled:
                 dims = dynamic_shapes.all_dims(flat)
             elif first is not None:
                 dims = self._dims.get(skey, frozenset()) | dynamic_shapes.changed_dims(first, dynamic_shapes.sizes(flat))
+        if logging:
+            failed = [e.guards.source for e in symbolic if e.guards is not None]
+            names = self._input_names(flat, in_spec, leaves)[0]
+            how = f"symbolic sizes in {', '.join(f'{names[i]} dim {d}' for i, d in sorted(dims))}" if dims else "static sizes"
+            if failed:
+                how += f"; the size guards of {len(failed)} symbolic entr{'y' if len(failed) == 1 else 'ies'} fail: "
+                how += " | ".join(recompiles.clip(f, 160) for f in failed)
+            self._log_miss(key, flat, in_spec, leaves, how)
         if not dims:
             entry = self._compile(flat, state_names, in_spec, leaves, constants, objects)
             self._first_sizes.setdefault(skey, dynamic_shapes.sizes(flat))

@@ -33,12 +33,12 @@ from conveyor.frontend import functions, subclasses
 from conveyor.frontend.capture import trace_user
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.fallback import watching_capture
-from conveyor.protocol import timings
+from conveyor.protocol import structured_trace, timings
 from conveyor.protocol.config import resolve
 from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.stage import CompiledFn
-from conveyor.runtime import cache, dynamo_graphs
+from conveyor.runtime import cache, dynamo_graphs, recompiles
 from conveyor.runtime.subclass_joint import compile_program
 
 
@@ -67,6 +67,11 @@ class DynamoCompiled:
         # other grad modes / aliasing patterns / scalar values: compiled statically, keyed by shapes too
         self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]] | None] = {}
         self._lowered_key: Hashable = None
+        # Note [Recompile reasons]: the graph's name in the log, and its inputs' names
+        compile_id = self.compile_id = torch._guards.CompileContext.current_compile_id()
+        self.name = f"dynamo graph {compile_id}" if compile_id is not None else "a dynamo graph"
+        self._hits_logged: set[Hashable] = set()
+        self._names = _input_names(gm, len(example_inputs))  # dynamo drops its sources after lowering
         if any(isinstance(example_inputs[i], FakeTensor) for i in self._items):
             return  # no values to specialize on yet: the first call compiles
         if any(subclasses.is_subclass(x) for x in example_inputs) and _symbolic(example_inputs):
@@ -75,18 +80,37 @@ class DynamoCompiled:
         fakes = [_fakeify(x, fake_mode) for x in example_inputs]
         # the specialization dynamo compiled for: any sizes dynamo's guards allow
         self._lowered_key = self._key(example_inputs, shapes=False)
+        if recompiles.enabled():
+            recompiles.miss(self.name, self._lowered_key, [], lambda o, n: [], "at dynamo's lowering, for any sizes its guards allow")
         self._lowered = self._compile(fakes, fake_mode, self._item_values(example_inputs))
 
     def _item_values(self, flat: Sequence[Any]) -> dict[int, Any]:
         return {i: flat[i].item() for i in self._items}
 
-    def _key(self, flat: Sequence[Any], shapes: bool) -> Hashable:
+    def _key(self, flat: Sequence[Any], shapes: bool) -> recompiles.DynamoKey:
         with sharing.keying(flat):  # storage groups computed once for the core and the stages
             stage_keys = tuple([s(flat) for s in self._keyed])
             core = cache.call_key(flat) if shapes else _unguarded_key(flat, self._grad_positions)
         values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
         items = tuple(self._item_values(flat).items()) if self._items else ()
-        return (core, stage_keys, values, items)
+        return recompiles.DynamoKey(core, stage_keys, values, items)
+
+    def _log_miss(self, args: Sequence[Any], key: recompiles.DynamoKey) -> None:
+        """Note [Recompile reasons]: what differs from the specialization
+        compiled at lowering time (by what dynamo's guards leave out), else
+        from the closest static entry."""
+        names = self._names
+        stages = [s.name for s in self.pipeline.stages if s.cache_key is not None]
+        how = "static sizes, for this call's specialization"
+        if self._lowered_key is not None:
+            unguarded = self._key(args, shapes=False)
+            positions = self._grad_positions
+            recompiles.miss(
+                self.name, unguarded, [self._lowered_key], lambda o, n: _changes(o, n, names, stages, positions), how
+            )
+            return
+        held = [k for k in self._static if isinstance(k, recompiles.DynamoKey)]
+        recompiles.miss(self.name, key, held, lambda o, n: _changes(o, n, names, stages), how)
 
     def _compile(
         self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]
@@ -115,7 +139,7 @@ class DynamoCompiled:
             return None
         captured = timings.Captured(started, timings.stopwatch() - started)
         lifted = [*fakes, *(fake_mode.from_tensor(t, static_shapes=True) for t in closure)]
-        with timings.compiling("a dynamo graph", self.pipeline.config, captured):
+        with timings.compiling(self.name, self.pipeline.config, captured):
             compiled, graphs = compile_program(self.pipeline, graph, lifted, fake_mode)  # Note [Tensor subclasses]
         if not closure:
             return compiled, graphs
@@ -132,10 +156,16 @@ class DynamoCompiled:
             key = self._key(args, shapes=True)
             if key in self._static:
                 entry = self._static[key]
+                if recompiles.enabled() and key not in self._hits_logged:
+                    self._hits_logged.add(key)  # an entry's first reuse (Note [Recompile reasons])
+                    recompiles.hit(self.name, key, "static entry")
             else:
+                if recompiles.enabled():
+                    self._log_miss(args, key)
                 fake_mode = FakeTensorMode()
                 fakes = [_fakeify(x, fake_mode, static=True) for x in args]
-                entry = self._static[key] = self._compile(fakes, fake_mode, self._item_values(args))
+                with structured_trace.compile_id(self.compile_id):  # Note [Structured trace]: beside dynamo's
+                    entry = self._static[key] = self._compile(fakes, fake_mode, self._item_values(args))
         if entry is None:
             self.piece.last = (dynamo_graphs.ticks(), ())
             return self.gm(*args)  # type: ignore[no-any-return]
@@ -166,6 +196,40 @@ def _unguarded_key(flat: Sequence[Any], grad_positions: tuple[int, ...]) -> Hash
 
 
 _is_leaf = operator.attrgetter("is_leaf")
+
+
+def _input_names(gm: torch.fx.GraphModule, n: int) -> list[str]:
+    """The source dynamo gives each graph input (``L['x']``), else the placeholder's name."""
+    names = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        name = getattr(getattr(node.meta.get("grapharg"), "source", None), "name", None)
+        try:
+            name = name() if callable(name) else name  # a method in some torch releases, a property in others
+        except Exception:  # a source that cannot name itself
+            name = None
+        names.append(name if isinstance(name, str) else node.name)
+    return [*names, *(f"#{i}" for i in range(len(names), n))]
+
+
+def _changes(
+    old: recompiles.DynamoKey,
+    new: recompiles.DynamoKey,
+    names: Sequence[str],
+    stage_names: Sequence[str],
+    unguarded: Sequence[int] | None = None,
+) -> list[str]:
+    """What differs between two keys of a dynamo graph's calls (``unguarded``:
+    the positions whose leafness two unguarded keys hold)."""
+    found = recompiles.core_changes(old.core, new.core, names, unguarded)
+    if old.values != new.values:
+        found.append(f"non-tensor inputs {old.values} -> {new.values}")
+    if old.items != new.items:
+        found.append(f"values read with .item() {dict(old.items)} -> {dict(new.items)}")
+    if old.stages != new.stages:
+        found += recompiles.stage_changes(old.stages, new.stages, stage_names)
+    return found
 
 
 def _read_with_item(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, ...]:

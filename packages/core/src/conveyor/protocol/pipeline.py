@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from conveyor.errors import ConfigError, ConveyorError, PipelineError, StageError
-from conveyor.protocol import ordering, timings
+from conveyor.protocol import ordering, structured_trace, timings
 from conveyor.protocol.config import Config
 from conveyor.protocol.plugins import Plugins, RegisteredStage, RegisteredTool
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
@@ -111,6 +111,7 @@ class Pipeline:
             taken = iter(compiled)
             compiled = [lowering.wrap(*[next(taken) for _ in lowering.requests]) for lowering in lowerings]
         log_graphs(tuple(graphs))
+        structured_trace.emit_graphs(graphs)  # Note [Structured trace]: tlparse
         return compiled[0], tuple(graphs)
 
     def _lower(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering:

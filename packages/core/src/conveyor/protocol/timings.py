@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from conveyor.protocol import structured_trace
 from conveyor.protocol.config import Config
 
 __all__ = [
@@ -150,6 +151,8 @@ def _finish(run: _Compile) -> None:
         print(f"conveyor: compiled {run.name} in {total:.1f} s", file=sys.stderr, flush=True)
     if log.isEnabledFor(logging.INFO):
         log.info("%s", summary(run.name, total, run.capture, tuple(run.runs)))
+    # Note [Structured trace]: for tlparse (nothing built when tracing is off)
+    structured_trace.emit_times(run.name, total, run.capture, run.runs, lambda: summary(run.name, total, run.capture, tuple(run.runs)))
 
 
 def summary(name: str, total: float, capture: float | None, runs: tuple[StageTime, ...]) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conveyor.protocol import artifacts
+from conveyor.protocol import artifacts, structured_trace
 from conveyor.protocol.config import Config
 from conveyor.protocol.stage import CompiledFn, Request
 from conveyor.protocol.stamps import StageGraph
@@ -44,6 +44,8 @@ from conveyor.runtime import disk_key
 from conveyor.runtime.files import may_read, may_write, user_cache_dir, write_atomic
 
 log = logging.getLogger("conveyor.disk_cache")
+#: hits and misses, at INFO (Note [Recompile reasons] in ``conveyor.runtime.recompiles``)
+info = logging.getLogger("conveyor")
 
 Compiled = tuple[CompiledFn, tuple[StageGraph, ...]]
 
@@ -71,12 +73,15 @@ def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request],
         return compile(request)
     key, why = disk_key.program_key(pipeline, request)
     if key is None:
-        log.debug("not cached: %s", why)
+        info.info("disk cache not used for this %s: %s", request.label, why)
         return compile(request)
     path = entry_path(cache_dir(config), key)
     found = load(path, request, key)
     if found is not None:
+        info.info("disk cache hit %s: loaded %s", key[:12], path)
+        structured_trace.emit_graphs(found[1])  # Note [Structured trace]: the stamps stored with it
         return found
+    info.info("disk cache miss %s: compiling the %s", key[:12], request.label)
     caught: list[warnings.WarningMessage] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
