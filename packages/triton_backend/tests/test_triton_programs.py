@@ -212,11 +212,13 @@ def test_views_of_inputs_requiring_grad_need_no_kernel(triton_only):
     assert not report.kernels
 
 
-def test_new_sizes_reuse_source(triton_only):
+def test_new_static_sizes_get_static_kernels_and_share_generic_ones(triton_only):
+    # Note [Static layouts]: sizes are constants of a static kernel, arguments of a generic one
     compiled = triton_only()(pointwise_chain)
     compiled(torch.randn(3, 4), torch.randn(3, 4))
-    (first,) = conveyor_triton.reports(compiled)
+    (first,) = conveyor_triton.programs(compiled)
     compiled(torch.randn(7, 2), torch.randn(7, 2))
-    (second,) = conveyor_triton.reports(compiled)
+    (second,) = conveyor_triton.programs(compiled)
     assert first is not second
-    assert first.sources() == second.sources()
+    assert [k.kernel.source for k in first.kernels] != [k.kernel.source for k in second.kernels]
+    assert [k.sources["generic"].source for k in first.kernels] == [k.sources["generic"].source for k in second.kernels]

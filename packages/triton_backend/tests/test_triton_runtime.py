@@ -21,7 +21,7 @@ def test_sources_live_in_files_named_by_hash(triton_only, tmp_path):
     result = check(_fn, torch.randn(4, 8), torch.randn(4, 8), compile=triton_only(cache_dir=str(tmp_path)))
     (prog,) = conveyor_triton.programs(result.compiled)
     for step in prog.kernels:
-        path = step.files[False]
+        path = step.files["static"]
         assert path.parent.parent == tmp_path
         assert path.read_text() == step.kernel.source
         assert path.name == f"k_{kernel_cache.source_hash(step.kernel.source)}.py"
@@ -41,8 +41,22 @@ def test_64_bit_indexing_variant(triton_only, monkeypatch):
     monkeypatch.setattr(program, "INT32_LIMIT", 16)  # every launch of more than 16 elements goes wide
     result = check(_fn, torch.randn(4, 8), torch.randn(4, 8), compile=triton_only())
     (prog,) = conveyor_triton.programs(result.compiled)
-    assert all(True in step.files for step in prog.kernels)
-    assert "tl.program_id(0).to(tl.int64)" in prog.kernels[0].sources[True].source
+    assert all("tl.program_id(0).to(tl.int64)" in step.kernel.source for step in prog.kernels)  # static kernels
+    assert all("tl.program_id(0).to(tl.int64)" in step.sources["generic64"].source for step in prog.kernels)
+
+
+def test_a_value_in_another_layout_runs_the_generic_kernel(triton_only):
+    # Note [Static layouts]: the static kernel reads its operands as their meta values were laid out
+    compiled = triton_only()(lambda x, y: x * y + 1)
+    compiled(torch.randn(4, 8), torch.randn(4, 8))
+    (prog,) = conveyor_triton.programs(compiled)
+    (step,) = prog.kernels
+    assert step.kernel.static and set(step.files) == {"static"}
+    a, b = torch.randn(8, 4).t(), torch.randn(8, 4).t()  # the same shape, transposed strides
+    env = dict(zip(prog.placeholders, (a, b)))
+    step.run(env)
+    torch.testing.assert_close(env[step.kernel.stores[0].node], a * b + 1)
+    assert set(step.files) == {"static", "generic"}
 
 
 def test_metrics_count_kernels_and_bytes(triton_only):

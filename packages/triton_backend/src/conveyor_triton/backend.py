@@ -23,6 +23,12 @@ OPTIONS: dict[str, Any] = {
     "log": False,  # print each kernel's source and file when it is first loaded
     "poison": False,  # fill outputs with a sentinel before each launch (tests)
     "decompose": True,  # retrace with the decomposition table first
+    # sizes and strides as constants of the kernels (Note [Static layouts] in conveyor_triton.codegen);
+    # the per-size programs of a symbolic graph always share generic kernels
+    "static_layouts": True,
+    # the device type static kernels' launches are chosen for (Note [Launch configuration]); None: the
+    # tensors' own. "cuda" on CPU runs the kernels a GPU would run in the interpreter (tests, PTX reports)
+    "launch_for": None,
 }
 
 
@@ -44,12 +50,14 @@ class TritonBackend:
     sizes in the triton backend]): its stamp is the graph it received, with
     the :class:`~conveyor_triton.specialize.PerSizes` as artifact."""
 
-    def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
+    def compile(self, request: Request, options: Mapping[str, Any], *, per_size: bool = False) -> CompiledFn:
+        """:param per_size: ``request`` is one size of a symbolic graph (its
+        kernels are generic, shared by every size)."""
         tensors = [t for t in request.inputs if isinstance(t, torch.Tensor)]
         needs_history = request.grad_enabled and any(t.requires_grad for t in tensors)
         interpreter.prepare({t.device for t in tensors}, STAGE)
         if is_symbolic(request):  # Note [Symbolic sizes in the triton backend]
-            per_sizes = PerSizes(request, lambda static: self.compile(static, options))
+            per_sizes = PerSizes(request, lambda static: self.compile(static, options, per_size=True))
             stamp(request.graph, artifact=per_sizes)
             return per_sizes
         notes: list[str] = []
@@ -65,7 +73,10 @@ class TritonBackend:
                 notes.append(why)
         else:
             gm = request.graph
-        program = lower(gm, _received_outputs(request), request.label, dict(options), notes, input_aliasing=aliasing)
+        static = bool(options.get("static_layouts", True)) and not per_size
+        program = lower(
+            gm, _received_outputs(request), request.label, dict(options), notes, input_aliasing=aliasing, static=static
+        )
         if needs_history and program.kernels:
             # aten steps (views, fallbacks) record autograd history; kernels do not. A graph
             # of views only (the autograd stage hands those on as they are) runs as it is.

@@ -1,13 +1,35 @@
 """Triton source for one fusion group.
 
 A pointwise group is a 1-D kernel over its linear index. A row group is a
-2-D kernel: ``XBLOCK`` rows per program, a loop over the row in ``RBLOCK``
-chunks for each reduction (so rows of any length fit), then a last loop that
-computes and stores the full-size outputs (Note [Linear index] in
-``conveyor_triton.fusion``). Every load and store is masked; every tensor is
-addressed through its sizes and strides, which are kernel arguments, so a new
-size or layout reuses the same source. Reductions accumulate in float32 for
-16-bit floats, and ``amax`` / ``amin`` propagate NaN as eager does.
+2-D kernel: ``XBLOCK`` rows per program, and either the whole row in one
+``RBLOCK`` tile (a *persistent* reduction: each value is loaded and computed
+once), or a loop over the row in ``RBLOCK`` chunks for each reduction (so
+rows of any length fit), then a last loop that computes and stores the
+full-size outputs (Note [Linear index] in ``conveyor_triton.fusion``).
+Every load and store is masked. Reductions accumulate in float32 for 16-bit
+floats, and ``amax`` / ``amin`` propagate NaN as eager does.
+
+Note [Static layouts]: a kernel is generated in one of two forms.
+
+* *Static* (the default for a graph with static sizes): every size and
+  stride the lowering saw is a constant of the source. Each tensor's address
+  is built from per-dimension index variables (``x0 = xindex % 16``,
+  ``x1 = xindex // 16``), computed once per kernel and shared by every
+  operand that needs them, after size-1 dimensions are dropped and
+  dimensions that are contiguous with each other merged; a contiguous
+  operand is addressed with the linear index itself, a broadcast by a static
+  multiple. In a row group the row and the in-row parts of an address come
+  from ``xindex`` and ``rindex`` separately. Triton can then prove
+  contiguity and alignment and vectorize. The kernel's only arguments are
+  its tensors, and its launch (grid, blocks, ``num_warps``) is fixed at
+  compile time (:mod:`conveyor_triton.launch`).
+* *Generic*: sizes and strides are kernel arguments and every address is
+  rebuilt from the linear index with a ``%`` and a ``//`` per dimension, so a
+  new size or layout reuses the same source. The per-size programs of a
+  symbolically sized graph use it (their kernels are shared across sizes:
+  Note [Symbolic sizes in the triton backend]), and so does a static kernel's
+  step when a value arrives with another layout than its meta value said
+  (checked per launch: the static source would read it wrongly).
 """
 
 from __future__ import annotations
@@ -20,7 +42,11 @@ import torch.fx
 from conveyor_triton.classify import REDUCTIONS
 from conveyor_triton.dtypes import cast, compute_dtype, from_stored, literal, tl_type, to_stored
 from conveyor_triton.fusion import Group
+from conveyor_triton.launch import Launch
 from conveyor_triton.ops import RULES, Value
+
+#: a static kernel's strides for each value it stores
+StoreStrides = dict[torch.fx.Node, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -38,6 +64,9 @@ class TensorArg:
     shape: tuple[int, ...]
     permute: tuple[int, ...] | None
     dtype: torch.dtype
+    #: the value's own sizes and strides a static kernel was generated for
+    #: (Note [Static layouts]); None in a generic kernel
+    layout: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         if self.permute is not None and sorted(self.permute) != list(range(len(self.shape))):
@@ -50,9 +79,11 @@ class TensorArg:
 
 @dataclass(frozen=True)
 class KernelSource:
-    """Generated source and the arguments it takes, in order: each load, then
-    each store (pointer, sizes after the first, strides), then ``xnumel``,
-    ``rnumel`` for a row group, then the block sizes."""
+    """Generated source and the arguments it takes, in order. A generic kernel
+    takes each load, then each store (pointer, sizes after the first,
+    strides), then ``xnumel``, ``rnumel`` for a row group, then the block
+    sizes; a static one (``launch`` set) takes each load's and store's pointer
+    and the block sizes (Note [Static layouts])."""
 
     name: str
     source: str
@@ -60,22 +91,40 @@ class KernelSource:
     stores: tuple[TensorArg, ...]
     xnumel: int
     rnumel: int | None
+    #: a static kernel's launch, fixed at compile time; None for a generic kernel
+    launch: Launch | None = None
+
+    @property
+    def static(self) -> bool:
+        return self.launch is not None
 
 
 _INIT = {"sum": "0", "max": 'float("-inf")', "min": 'float("inf")'}
 
 
 class _Writer:
-    def __init__(self, group: Group, stored: list[torch.fx.Node], index64: bool) -> None:
+    def __init__(
+        self,
+        group: Group,
+        stored: list[torch.fx.Node],
+        index64: bool,
+        launch: Launch | None,
+        store_strides: StoreStrides | None,
+    ) -> None:
         self.group = group
         self.stored = stored
         self.index64 = index64
+        self.launch = launch
+        self.store_strides = store_strides or {}
         self.lines: list[str] = []
         self.loads: dict[tuple[torch.fx.Node, str, str], str] = {}
         self.load_args: list[TensorArg] = []
         self.memo: dict[tuple[torch.fx.Node, str], str] = {}
+        self.coords: dict[tuple[str, str, int, int | None], str] = {}
         self.counter = 0
         self.row_group = group.reduce is not None
+        #: the whole row in one tile: no loops (static kernels whose launch says so)
+        self.persistent = self.row_group and launch is not None and launch.persistent
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -95,6 +144,59 @@ class _Writer:
         terms.append(f"{rest} * {prefix}_stride0")
         return "(" + " + ".join(reversed(terms)) + ")"
 
+    def coord(self, var: str, div: int, size: int | None, scope: str, out: list[str], indent: str) -> str:
+        """``(var // div) % size`` as a named value, computed once per scope
+        (``xindex``'s once per kernel); ``size`` None: the outermost dimension."""
+        if div == 1 and size is None:
+            return var
+        key = ("outer" if var == "xindex" else scope, var, div, size)
+        if key not in self.coords:
+            expr = var if div == 1 else f"({var} // {div})"
+            if size is not None:
+                expr = f"{expr} % {size}"
+            name = self.fresh("x" if var == "xindex" else "r")
+            where, at = (self.lines, "    ") if var == "xindex" else (out, indent)
+            where.append(f"{at}{name} = {expr}")
+            self.coords[key] = name
+        return self.coords[key]
+
+    def static_terms(
+        self, dims: list[tuple[int, int]], var: str, scope: str, out: list[str], indent: str
+    ) -> list[str]:
+        """The address terms of ``dims`` (size, stride; row-major over ``var``)."""
+        terms: list[str] = []
+        div = 1
+        for j in range(len(dims) - 1, -1, -1):
+            size, stride = dims[j]
+            if stride != 0:
+                c = self.coord(var, div, None if j == 0 else size, scope, out, indent)
+                terms.append(c if stride == 1 else f"{c} * {stride}")
+            div *= size
+        return terms[::-1]
+
+    def static_offset(
+        self, arg: TensorArg, strides: tuple[int, ...], full: bool, scope: str, out: list[str], indent: str
+    ) -> str:
+        """The address of ``arg`` (its value laid out with ``strides``, read at
+        ``arg.shape`` in ``arg.permute`` order) in a static kernel: Note
+        [Static layouts]. ``full``: in a row group's in-row scope."""
+        dims = _dims(arg.shape, strides, arg.permute)
+        if not full:
+            return " + ".join(self.static_terms(_merged(dims), "xindex", scope, out, indent)) or "xindex * 0"
+        split = _split(dims, self.group.reduce)  # type: ignore[arg-type]
+        if split is None:  # the row boundary falls inside a dimension
+            return " + ".join(self.static_terms(_merged(dims), "findex", scope, out, indent)) or "findex * 0"
+        outer = " + ".join(self.static_terms(_merged(dims[:split]), "xindex", scope, out, indent)) or "xindex * 0"
+        inner = " + ".join(self.static_terms(_merged(dims[split:]), "rindex", scope, out, indent)) or "rindex * 0"
+        return f"{outer} + {inner}"
+
+    def address(self, prefix: str, arg: TensorArg, index: str, scope: str, out: list[str], indent: str) -> str:
+        if arg.layout is None:
+            return self.offset(prefix, arg.rank, index, out, indent)
+        shape, strides = arg.layout
+        expanded = _expanded(shape, strides, arg.shape)
+        return "(" + self.static_offset(arg, expanded, index == "findex", scope, out, indent) + ")"
+
     def scope_index(self, scope: str) -> tuple[str, str]:
         if not self.row_group:
             return "xindex", "xmask"
@@ -109,15 +211,16 @@ class _Writer:
         key = (node, repr((permute, shape)), scope)
         if key in self.loads:
             return self.loads[key]
-        dtype = node.meta["val"].dtype
-        arg = TensorArg(node, shape, permute, dtype)
+        val = node.meta["val"]
+        layout = (tuple(val.shape), tuple(val.stride())) if self.launch is not None else None
+        arg = TensorArg(node, shape, permute, val.dtype, layout)
         if arg not in self.load_args:
             self.load_args.append(arg)
         prefix = f"in{self.load_args.index(arg)}"
         index, mask = self.scope_index(scope)
-        off = self.offset(prefix, arg.rank, index, out, indent)
+        off = self.address(prefix, arg, index, scope, out, indent)
         name = self.fresh("l")
-        value = from_stored(f"tl.load({prefix} + {off}, mask={mask}, other=0)", dtype)
+        value = from_stored(f"tl.load({prefix} + {off}, mask={mask}, other=0)", val.dtype)
         out.append(f"{indent}{name} = {value}")
         self.loads[key] = name
         return name
@@ -173,9 +276,10 @@ class _Writer:
         source = node.args[0]
         out_dtype = node.meta["val"].dtype
         acc_dtype = compute_dtype(out_dtype)
-        body: list[str] = []
-        loop = self.fresh("loop")
-        indent = "        "
+        if self.persistent:  # the row is one tile: its values are computed once, in the kernel's body
+            body, loop, indent = self.lines, "row", "    "
+        else:
+            body, loop, indent = [], self.fresh("loop"), "        "
         if source in self.group.members:
             val = self.value(source, loop, body, indent)  # type: ignore[arg-type]
         else:
@@ -184,25 +288,28 @@ class _Writer:
         val = cast(val, src_dtype, out_dtype) if out_dtype is not src_dtype else val
         if acc_dtype is not out_dtype:
             val = cast(val, out_dtype, acc_dtype)
-        acc, name = self.fresh("acc"), self.fresh("r")
+        acc, name, v = self.fresh("acc"), self.fresh("r"), self.fresh("t")
         init = _INIT[kind] if acc_dtype.is_floating_point else _int_init(kind, acc_dtype)
-        self.lines.append(f"    {acc} = tl.full([XBLOCK, RBLOCK], {init}, {tl_type(acc_dtype)})")
-        self.lines.append("    for r0 in range(0, rnumel, RBLOCK):")
-        self.lines.append("        rindex = r0 + tl.arange(0, RBLOCK)[None, :]")
-        self.lines.append("        fmask = xmask & (rindex < rnumel)")
-        self.lines.append("        findex = xindex * rnumel + rindex")
-        self.lines.extend(body)
-        v = self.fresh("t")
-        self.lines.append(f"        {v} = {val}")
+        if self.persistent:
+            self.lines.append(f"    {v} = {val}")
+            masked = f"tl.where(fmask, {v}, {'0' if kind == 'sum' else init})"
+            self.lines.append(f"    {acc} = {masked}")
+        else:
+            self.lines.append(f"    {acc} = tl.full([XBLOCK, RBLOCK], {init}, {tl_type(acc_dtype)})")
+            self.lines.extend(self.loop_header())
+            self.lines.extend(body)
+            self.lines.append(f"        {v} = {val}")
+            if kind == "sum":
+                self.lines.append(f"        {acc} = {acc} + tl.where(fmask, {v}, 0)")
+            else:
+                op = ">" if kind == "max" else "<"
+                nan = f" | ({v} != {v})" if acc_dtype.is_floating_point else ""
+                self.lines.append(f"        {acc} = tl.where(fmask & (({v} {op} {acc}){nan}), {v}, {acc})")
         if kind == "sum":
-            self.lines.append(f"        {acc} = {acc} + tl.where(fmask, {v}, 0)")
             # Triton sums narrow integers in int32: wrap back to the accumulator's type
             total = f"tl.sum({acc}, 1)" if acc_dtype.is_floating_point else f"tl.sum({acc}, 1).to({tl_type(acc_dtype)})"
             self.lines.append(f"    {name} = {total}[:, None]")
         else:
-            op = ">" if kind == "max" else "<"
-            nan = f" | ({v} != {v})" if acc_dtype.is_floating_point else ""
-            self.lines.append(f"        {acc} = tl.where(fmask & (({v} {op} {acc}){nan}), {v}, {acc})")
             fn = "tl.max" if kind == "max" else "tl.min"
             self.lines.append(f"    {name} = {fn}({acc}, 1)[:, None]")
             if acc_dtype.is_floating_point:
@@ -211,27 +318,50 @@ class _Writer:
                 )
         return name
 
+    def loop_header(self) -> list[str]:
+        """The lines opening a loop over the row in ``RBLOCK`` chunks."""
+        rindex = "r0 + tl.arange(0, RBLOCK)[None, :]"
+        if self.index64 and self.launch is not None:  # static in-row terms multiply by constant strides
+            rindex = f"({rindex}).to(tl.int64)"
+        return [
+            "    for r0 in range(0, rnumel, RBLOCK):",
+            f"        rindex = {rindex}",
+            "        fmask = xmask & (rindex < rnumel)",
+            "        findex = xindex * rnumel + rindex",
+        ]
+
     # -- the kernel -------------------------------------------------------------
     def write(self, name: str) -> KernelSource:
+        g = self.group
+        xnumel, rnumel = (g.rows if self.row_group else g.numel), g.reduce
+        if self.launch is not None:  # Note [Static layouts]: sizes are constants of the source
+            self.lines.append(f"    xnumel = {xnumel}")
+            if self.row_group:
+                self.lines.append(f"    rnumel = {rnumel}")
         pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
         if self.row_group:
             self.lines.append(f"    xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         else:
             self.lines.append(f"    xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
         self.lines.append("    xmask = xindex < xnumel")
+        if self.persistent:
+            rindex = "tl.arange(0, RBLOCK)[None, :]"
+            self.lines.append(f"    rindex = {rindex}.to(tl.int64)" if self.index64 else f"    rindex = {rindex}")
+            self.lines.append("    fmask = xmask & (rindex < rnumel)")
+            self.lines.append("    findex = xindex * rnumel + rindex")
         store_args: list[TensorArg] = []
         full = [n for n in self.stored if self.group.members[n] == "full"]
         rows = [n for n in self.stored if self.group.members[n] == "row"]
-        if full and self.row_group:
+        if full and self.row_group and not self.persistent:
             body: list[str] = []
             names = [self.value(n, "final", body, "        ") for n in full]
-            self.lines.append("    for r0 in range(0, rnumel, RBLOCK):")
-            self.lines.append("        rindex = r0 + tl.arange(0, RBLOCK)[None, :]")
-            self.lines.append("        fmask = xmask & (rindex < rnumel)")
-            self.lines.append("        findex = xindex * rnumel + rindex")
+            self.lines.extend(self.loop_header())
             self.lines.extend(body)
             for n, v in zip(full, names):
                 self.store(n, v, "final", store_args, "        ")
+        elif full and self.persistent:
+            for n in full:
+                self.store(n, self.value(n, "row", self.lines, "    "), "row", store_args, "    ")
         else:
             for n in full:
                 v = self.value(n, "outer", self.lines, "    ")
@@ -243,33 +373,75 @@ class _Writer:
         for prefix, args in (("in", self.load_args), ("out", store_args)):
             for k, a in enumerate(args):
                 params.append(f"{prefix}{k}")
-                params += [f"{prefix}{k}_size{j}" for j in range(1, a.rank)]
-                params += [f"{prefix}{k}_stride{j}" for j in range(a.rank)]
-        params.append("xnumel")
-        if self.row_group:
-            params.append("rnumel")
+                if self.launch is None:
+                    params += [f"{prefix}{k}_size{j}" for j in range(1, a.rank)]
+                    params += [f"{prefix}{k}_stride{j}" for j in range(a.rank)]
+        if self.launch is None:
+            params.append("xnumel")
+            if self.row_group:
+                params.append("rnumel")
         params.append("XBLOCK: tl.constexpr")
         if self.row_group:
             params.append("RBLOCK: tl.constexpr")
         header = ["import triton", "import triton.language as tl", "", "", "@triton.jit", f"def {name}({', '.join(params)}):"]
         source = "\n".join(header + self.lines) + "\n"
-        g = self.group
-        return KernelSource(
-            name, source, tuple(self.load_args), tuple(store_args), g.rows if self.row_group else g.numel, g.reduce  # type: ignore[arg-type]
-        )
+        return KernelSource(name, source, tuple(self.load_args), tuple(store_args), xnumel, rnumel, self.launch)  # type: ignore[arg-type]
 
     def store(self, node: torch.fx.Node, value: str, scope: str, args: list[TensorArg], indent: str) -> None:
         val = node.meta["val"]
         row = self.row_group and self.group.members[node] == "row"
-        arg = TensorArg(node, tuple(val.shape), None if row else self.perm(scope), val.dtype)
+        layout = None
+        if self.launch is not None:
+            layout = (tuple(val.shape), self.store_strides[node])
+        arg = TensorArg(node, tuple(val.shape), None if row else self.perm(scope), val.dtype, layout)
         prefix = f"out{len(args)}"
         args.append(arg)
         index, mask = self.scope_index(scope)
         if row:
             index, mask = "xindex", "xmask"
         out = self.lines
-        off = self.offset(prefix, arg.rank, index, out, indent)
+        off = self.address(prefix, arg, index, scope, out, indent)
         out.append(f"{indent}tl.store({prefix} + {off}, {to_stored(cast(value, val.dtype, val.dtype), val.dtype)}, mask={mask})")
+
+
+def _dims(shape: tuple[int, ...], strides: tuple[int, ...], permute: tuple[int, ...] | None) -> list[tuple[int, int]]:
+    """(size, stride) per dimension in addressing order, size-1 dimensions dropped."""
+    if permute is not None:
+        shape, strides = tuple(shape[p] for p in permute), tuple(strides[p] for p in permute)
+    return [(size, stride) for size, stride in zip(shape, strides) if size != 1]
+
+
+def _merged(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``dims`` with each dimension folded into the one before it when they are
+    contiguous with each other (a contiguous tensor is one dimension of stride 1,
+    a broadcast run one of stride 0)."""
+    out: list[tuple[int, int]] = []
+    for size, stride in dims:
+        if out and out[-1][1] == stride * size:
+            out[-1] = (out[-1][0] * size, stride)
+        else:
+            out.append((size, stride))
+    return out
+
+
+def _split(dims: list[tuple[int, int]], reduce: int) -> int | None:
+    """The position in ``dims`` where the in-row dimensions (``reduce``
+    elements, trailing) begin, or None when the row boundary is inside one."""
+    inner = 1
+    for k in range(len(dims), -1, -1):
+        if inner == reduce:
+            return k
+        if k == 0 or inner > reduce:
+            return None
+        inner *= dims[k - 1][0]
+    return None
+
+
+def _expanded(shape: tuple[int, ...], strides: tuple[int, ...], to: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a value of ``shape`` and ``strides`` expanded to ``to``."""
+    pad = len(to) - len(shape)
+    padded = ((1,) * pad + shape, (0,) * pad + strides)
+    return tuple(0 if s == 1 and t != 1 else st for s, st, t in zip(*padded, to))
 
 
 def _int_init(kind: str, dtype: torch.dtype) -> str:
@@ -279,6 +451,18 @@ def _int_init(kind: str, dtype: torch.dtype) -> str:
     return literal(info.min if kind == "max" else info.max)
 
 
-def generate(group: Group, stored: list[torch.fx.Node], name: str, index64: bool) -> KernelSource:
-    """The kernel for ``group`` that stores the members in ``stored``."""
-    return _Writer(group, stored, index64).write(name)
+def generate(
+    group: Group,
+    stored: list[torch.fx.Node],
+    name: str,
+    index64: bool,
+    launch: Launch | None = None,
+    store_strides: StoreStrides | None = None,
+) -> KernelSource:
+    """The kernel for ``group`` that stores the members in ``stored``: static
+    when ``launch`` is given (the stored values laid out with ``store_strides``,
+    every loaded value as its meta value says), generic otherwise (Note
+    [Static layouts])."""
+    if launch is not None and store_strides is None:
+        raise ValueError("a static kernel needs the strides of the values it stores")
+    return _Writer(group, stored, index64, launch, store_strides).write(name)

@@ -11,11 +11,12 @@ import torch
 import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
-from conveyor_triton.codegen import generate
+from conveyor_triton.codegen import KernelSource, StoreStrides, generate
 from conveyor_triton.domain import contiguous_strides
 from conveyor_triton.fusion import Fuser, Group
+from conveyor_triton.launch import choose
 from conveyor_triton.ops import RULES
-from conveyor_triton.program import AtenStep, KernelStep, Program
+from conveyor_triton.program import AtenStep, KernelStep, Program, Variant, needs_index64
 from conveyor_triton.report import Fallback, KernelEntry, Report
 
 
@@ -68,6 +69,22 @@ def _strides(node: torch.fx.Node, output_meta: dict[torch.fx.Node, Any]) -> tupl
     return tuple(contiguous_strides(tuple(val.shape)))
 
 
+def _static_kernel(
+    group: Group, stored: list[torch.fx.Node], name: str, store_strides: StoreStrides, launch_for: str | None
+) -> KernelSource:
+    """The static kernel of ``group`` (Note [Static layouts]), with 64-bit
+    indexing when a tensor it addresses, or its index space, needs it; its
+    launch chosen for the device type ``launch_for`` (None: its tensors')."""
+    xnumel = group.rows if group.reduce is not None else group.numel
+    device = torch.device(launch_for) if launch_for else stored[0].meta["val"].device
+    launch = choose(device, xnumel, group.reduce)  # type: ignore[arg-type]
+    kernel = generate(group, stored, name, False, launch, store_strides)
+    layouts = [a.layout for a in (*kernel.loads, *kernel.stores) if a.layout is not None]
+    if needs_index64(group.numel, layouts):
+        kernel = generate(group, stored, name, True, launch, store_strides)
+    return kernel
+
+
 def _short(node: torch.fx.Node) -> str:
     name = getattr(node.target, "__name__", str(node.target))
     return name.split(".")[0].strip("_")
@@ -81,6 +98,7 @@ def lower(
     notes: Sequence[str] = (),
     *,
     input_aliasing: Sequence[Sequence[torch.fx.Node]] | None = None,
+    static: bool = True,
 ) -> Program:
     """Build the program for ``gm``.
 
@@ -90,6 +108,9 @@ def lower(
         (``conveyor_alias_db.input_aliasing``); None: any input may alias any other.
         The fuser asks its own ``AliasDb`` which nodes keep their memory order
         (Note [Fusion in the AliasDb] in ``conveyor_triton.record``).
+    :param static: generate static kernels, sizes and strides constants of
+        the source (Note [Static layouts] in ``conveyor_triton.codegen``);
+        False: generic kernels only (the per-size programs of a symbolic graph).
     """
     graph = gm.graph
     classes: dict[torch.fx.Node, NodeClass] = {
@@ -129,8 +150,14 @@ def lower(
             continue
         ops = [_short(n) for n in group.members if not _is_view_member(n)]
         name = f"k{len(kernels)}_" + "_".join(dict.fromkeys(ops[:4]))
-        sources = {wide: generate(group, stored, name, wide) for wide in (False, True)}
-        strides = tuple(_strides(a.node, output_meta) for a in sources[False].stores)
+        store_strides = {n: _strides(n, output_meta) for n in stored}
+        sources: dict[Variant, KernelSource] = {
+            "generic": generate(group, stored, name, False),
+            "generic64": generate(group, stored, name, True),
+        }
+        if static:
+            sources["static"] = _static_kernel(group, stored, name, store_strides, options.get("launch_for"))
+        strides = tuple(store_strides[a.node] for a in sources["generic"].stores)
         steps.append(
             KernelStep(
                 sources,
@@ -143,7 +170,7 @@ def lower(
             )
         )
         kind = "reduction" if group.reduce is not None else "pointwise"
-        kernels.append(KernelEntry(name, tuple(n.name for n in group.members), kind, sources[False].source))
+        kernels.append(KernelEntry(name, tuple(n.name for n in group.members), kind, sources.get("static", sources["generic"]).source))
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     report = Report(label, tuple(kernels), tuple(fallbacks), views, tuple(notes))
     return Program(placeholders, steps, outputs, report)

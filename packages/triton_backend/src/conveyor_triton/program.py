@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 import torch.fx
@@ -25,44 +25,38 @@ from conveyor.stage_api import span
 from conveyor_triton import kernel_cache, metrics
 from conveyor_triton.classify import is_view
 from conveyor_triton.codegen import KernelSource
+from conveyor_triton.launch import Launch, block_sizes
 from conveyor_triton.report import Report
 
 INT32_LIMIT = 2**31 - 1
 
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def block_sizes(device: torch.device, xnumel: int, rnumel: int | None) -> dict[str, int]:
-    """Block sizes: big blocks and few programs in the interpreter (each program
-    costs about a millisecond there), GPU-sized ones on CUDA."""
-    interpreted = device.type != "cuda"
-    if rnumel is None:
-        return {"XBLOCK": min(_next_pow2(max(xnumel, 1)), 1 << 15 if interpreted else 1024)}
-    rblock = min(_next_pow2(max(rnumel, 1)), 2048 if interpreted else 1024)
-    budget = (1 << 15 if interpreted else 4096) // rblock
-    return {"XBLOCK": max(1, min(_next_pow2(max(xnumel, 1)), budget)), "RBLOCK": rblock}
+#: which source of a kernel step: the static kernel, the generic ones with 32- and 64-bit indexing
+Variant = Literal["static", "generic", "generic64"]
 
 
-def _extent(t: torch.Tensor) -> int:
-    return span(t.shape, t.stride())
+def needs_index64(total: int, layouts: Sequence[tuple[Sequence[int], Sequence[int]]]) -> bool:
+    """Whether a launch over ``total`` elements touching tensors laid out as
+    ``layouts`` (sizes, strides) needs 64-bit indexing."""
+    return total > INT32_LIMIT or any(span(shape, stride) > INT32_LIMIT for shape, stride in layouts)
 
 
 @dataclass
 class KernelStep:
-    """One kernel launch. ``sources`` holds the 32-bit and the 64-bit indexing
-    variants; the latter is loaded only when a launch needs it."""
+    """One kernel launch. ``sources`` holds the static kernel when the graph
+    had static sizes (Note [Static layouts] in ``conveyor_triton.codegen``),
+    and the generic kernels with 32- and 64-bit indexing; each is loaded only
+    when a launch needs it. The static kernel runs when every loaded value
+    has the layout it was generated for (checked per launch)."""
 
-    sources: dict[bool, KernelSource]
+    sources: dict[Variant, KernelSource]
     store_strides: tuple[tuple[int, ...], ...]
     post_views: tuple[torch.fx.Node, ...]
     cache_dir: Path | None
     poison: bool
     log: bool
     members: tuple[torch.fx.Node, ...] = ()
-    files: dict[bool, Path] = field(default_factory=dict)
-    _fns: dict[bool, Any] = field(default_factory=dict)
+    files: dict[Variant, Path] = field(default_factory=dict)
+    _fns: dict[Variant, Any] = field(default_factory=dict)
     _warned: bool = False
     #: where the outputs go when the kernel loads nothing (read off the graph at compile time)
     device: torch.device | None = None
@@ -78,19 +72,20 @@ class KernelStep:
 
     @property
     def kernel(self) -> KernelSource:
-        return self.sources[False]
+        """The source that runs when layouts are as compiled: the static one, if any."""
+        return self.sources.get("static") or self.sources["generic"]
 
     def reads(self) -> set[torch.fx.Node]:
         """The values this step reads from the environment."""
         return {a.node for a in self.kernel.loads} | {n for v in self.post_views for n in v.all_input_nodes}
 
-    def fn(self, index64: bool) -> Any:
-        if index64 not in self._fns:
-            src = self.sources[index64]
-            self._fns[index64], self.files[index64] = kernel_cache.load(src.source, src.name, self.cache_dir)
+    def fn(self, variant: Variant) -> Any:
+        if variant not in self._fns:
+            src = self.sources[variant]
+            self._fns[variant], self.files[variant] = kernel_cache.load(src.source, src.name, self.cache_dir)
             if self.log:
-                print(f"[conveyor_triton] kernel {src.name} -> {self.files[index64]}\n{src.source}")
-        return self._fns[index64]
+                print(f"[conveyor_triton] kernel {src.name} -> {self.files[variant]}\n{src.source}")
+        return self._fns[variant]
 
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
         k = self.kernel
@@ -98,6 +93,38 @@ class KernelStep:
         if wrong:
             self.run_as_aten(env, wrong)
             return
+        if k.launch is not None and all(
+            env[a.node].stride() == a.layout[1] and env[a.node].shape == a.layout[0]  # type: ignore[index]
+            for a in k.loads
+        ):
+            self.run_static(env, k)
+            return
+        self.run_generic(env)
+
+    def run_static(self, env: dict[torch.fx.Node, Any], k: KernelSource) -> None:
+        """Launch the static kernel: its tensors are its only arguments."""
+        launch = cast(Launch, k.launch)
+        args = [env[a.node] for a in k.loads]
+        outs = []
+        for store, stride in zip(k.stores, self.store_strides):
+            out = torch.empty_strided(store.shape, stride, dtype=store.dtype, device=args[0].device if args else self.device)
+            if self.poison:
+                out.fill_(_poison(store.dtype))
+            outs.append(out)
+            env[store.node] = out
+        if launch.grid > 0 and k.xnumel > 0 and (k.rnumel is None or k.rnumel > 0):
+            args += outs
+            self.fn("static")[(launch.grid,)](*args, **launch.meta)
+            if metrics.active():
+                metrics.record("kernel", args[: len(k.loads)], outs)
+            if metrics.watched():
+                metrics.launched(k, args, launch.meta)
+        for view in self.post_views:
+            env[view] = run_node(view, env, None)
+
+    def run_generic(self, env: dict[torch.fx.Node, Any]) -> None:
+        """Launch a generic kernel (sizes and strides as arguments)."""
+        k = self.sources["generic"]
         args: list[Any] = []
         tensors: list[torch.Tensor] = []
         for load in k.loads:
@@ -122,17 +149,18 @@ class KernelStep:
             args.append(k.rnumel)
         total = k.xnumel * (k.rnumel or 1)
         if total > 0 and k.xnumel > 0:
-            index64 = total > INT32_LIMIT or any(_extent(t) > INT32_LIMIT for t in [*tensors, *outs])
+            variant: Variant = (
+                "generic64" if needs_index64(total, [(t.shape, t.stride()) for t in [*tensors, *outs]]) else "generic"
+            )
             blocks = block_sizes(cast(torch.device, device), k.xnumel, k.rnumel)  # set by a load or a store
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
-            self.fn(index64)[grid](*args, **blocks)
-            if metrics.watched():
-                metrics.launched(self.sources[index64], args, blocks)
+            self.fn(variant)[grid](*args, **blocks)
             if metrics.active():
                 metrics.record("kernel", tensors, outs)
+            if metrics.watched():
+                metrics.launched(self.sources[variant], args, blocks)
         for view in self.post_views:
             env[view] = run_node(view, env, None)
-
 
     def run_as_aten(self, env: dict[torch.fx.Node, Any], wrong: list[tuple[torch.fx.Node, torch.dtype, torch.dtype]]) -> None:
         """Note [Meta dtypes that differ from eager]: an aten fallback returned

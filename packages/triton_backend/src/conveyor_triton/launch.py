@@ -1,0 +1,96 @@
+"""How a kernel is launched: block sizes, warps, grid, and whether a row
+group's reduction is persistent.
+
+Note [Launch configuration]: in Triton's interpreter (CPU) each program costs
+about a millisecond whatever its size, so blocks are big and programs few.
+On a GPU the choice follows what Inductor's heuristics do for the same
+shapes:
+
+* a pointwise kernel runs ``XBLOCK`` = 1024 elements per program (fewer for
+  a small tensor) on ``XBLOCK / 256`` warps (1 to 4);
+* a row group whose row fits in ``PERSISTENT_RBLOCK`` elements keeps the
+  whole row in registers (a *persistent* reduction: every value loaded and
+  computed once, no loops), with as many rows per program as fit a tile of
+  ``TILE`` elements; a longer row loops over ``LOOP_RBLOCK``-element chunks,
+  one row per program;
+* a row group runs ``tile / 128`` warps (2 to 8), so a tile of 4096 elements
+  keeps 16 of each live value per thread (ViT's fused softmax on a 4096
+  tile and 4 warps used 255 registers and spilled).
+
+A static kernel's launch is fixed when the program is compiled (Note [Static
+layouts] in ``conveyor_triton.codegen``); a generic one's block sizes are
+chosen per launch by :func:`block_sizes`, never persistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+#: the longest row (rounded up to a power of two) a persistent reduction keeps in one tile
+PERSISTENT_RBLOCK = 2048
+#: elements per program of a row group (rows times the row tile)
+TILE = 4096
+#: the chunk a looping reduction reads per step
+LOOP_RBLOCK = 1024
+#: the interpreter's limits: elements per pointwise program, per row tile, per row-group program
+_INTERPRETED = (1 << 15, 2048, 1 << 15)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel's launch. ``rblock`` is None for a pointwise kernel;
+    ``persistent``: the whole row is one ``rblock`` tile."""
+
+    xblock: int
+    rblock: int | None
+    num_warps: int
+    grid: int
+    persistent: bool
+
+    @property
+    def meta(self) -> dict[str, int]:
+        """The launch's keyword arguments: block sizes and ``num_warps``."""
+        meta = {"XBLOCK": self.xblock, "num_warps": self.num_warps}
+        if self.rblock is not None:
+            meta["RBLOCK"] = self.rblock
+        return meta
+
+
+def block_sizes(device: torch.device, xnumel: int, rnumel: int | None) -> dict[str, int]:
+    """Block sizes of a generic kernel's launch (Note [Launch configuration]):
+    looping reductions, chosen per launch."""
+    if device.type != "cuda":
+        pointwise, row, tile = _INTERPRETED
+    else:
+        pointwise, row, tile = 1024, LOOP_RBLOCK, TILE
+    if rnumel is None:
+        return {"XBLOCK": min(next_pow2(max(xnumel, 1)), pointwise)}
+    rblock = min(next_pow2(max(rnumel, 1)), row)
+    return {"XBLOCK": max(1, min(next_pow2(max(xnumel, 1)), tile // rblock)), "RBLOCK": rblock}
+
+
+def choose(device: torch.device, xnumel: int, rnumel: int | None) -> Launch:
+    """A static kernel's launch (Note [Launch configuration])."""
+    interpreted = device.type != "cuda"
+    rows = next_pow2(max(xnumel, 1))
+    if rnumel is None:
+        xblock = min(rows, _INTERPRETED[0] if interpreted else 1024)
+        return Launch(xblock, None, max(1, min(xblock // 256, 4)), _cdiv(xnumel, xblock), False)
+    whole = next_pow2(max(rnumel, 1))
+    persistent_limit, tile = (_INTERPRETED[1], _INTERPRETED[2]) if interpreted else (PERSISTENT_RBLOCK, TILE)
+    if whole <= persistent_limit:
+        rblock, xblock, persistent = whole, max(1, min(rows, tile // whole)), True
+    else:
+        rblock, xblock, persistent = (_INTERPRETED[1] if interpreted else LOOP_RBLOCK), 1, False
+    warps = max(2, min(xblock * rblock // 128, 8))
+    return Launch(xblock, rblock, next_pow2(warps), _cdiv(xnumel, xblock), persistent)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
