@@ -57,7 +57,7 @@ def test_allow_and_block_lists(installed_dist):
 
 
 def test_broken_plugin_fails_loudly_at_build_time(installed_dist):
-    with pytest.raises(PipelineError, match=r"plugin 'broken' \(broken_testplugin\) failed to load"):
+    with pytest.raises(PipelineError, match=r"plugin 'broken' \(broken_testplugin, from conveyor-testplugin 1.2.3\) failed to load: .*CONVEYOR_BLOCK_PLUGINS=broken"):
         Pipeline(Config(plugins=("marker", "broken"), block_plugins=("marker",)))
 
 

@@ -51,6 +51,7 @@ class Plugins:
         self._pm = pluggy.PluginManager("conveyor")
         self._pm.add_hookspecs(hookspecs)
         self._dists: dict[str, tuple[str, str]] = {}
+        self._entry_points: set[str] = set()  # plugins loaded from the entry-point group
         from conveyor.protocol import builtin
 
         self._pm.register(builtin, name="conveyor.builtin")
@@ -82,9 +83,10 @@ class Plugins:
                 continue
             try:
                 plugin = ep.load()
+                self._pm.register(plugin, name=ep.name)
             except Exception as exc:  # a broken plugin fails loudly at build time
-                raise PipelineError(f"plugin {ep.name!r} ({ep.value}) failed to load: {exc!r}") from exc
-            self._pm.register(plugin, name=ep.name)
+                raise PipelineError(f"plugin {ep.name!r} ({ep.value}{_from(ep)}) failed to load: {exc!r}; {_block_hint(ep.name)}") from exc
+            self._entry_points.add(ep.name)
             if ep.dist is not None:
                 self._dists[ep.name] = (ep.dist.name, ep.dist.version)
         self._pm.check_pending()
@@ -113,7 +115,11 @@ class Plugins:
             if impl is None:
                 continue
             specs: list[Spec] = []
-            impl(register=specs.append)
+            try:
+                impl(register=specs.append)
+            except Exception as exc:  # a broken plugin names itself and how to leave it out
+                hint = f"; {_block_hint(plugin_name)}" if plugin_name in self._entry_points else ""
+                raise PipelineError(f"plugin {plugin_name!r} failed in {hook}: {exc!r}{hint}") from exc
             for spec in specs:
                 if not isinstance(spec, kind):
                     raise PipelineError(f"plugin {plugin_name!r} registered {spec!r}, not a {kind.__name__}")
@@ -135,6 +141,18 @@ class Plugins:
     @property
     def manager(self) -> pluggy.PluginManager:
         return self._pm
+
+
+def _from(ep: importlib.metadata.EntryPoint) -> str:
+    return f", from {ep.dist.name} {ep.dist.version}" if ep.dist is not None else ""
+
+
+def _block_hint(name: str) -> str:
+    """How to build pipelines without the entry-point plugin ``name``."""
+    return (
+        f"to build pipelines without it, set CONVEYOR_BLOCK_PLUGINS={name} "
+        f"(or block_plugins = [\"{name}\"] in [tool.conveyor]), or uninstall its distribution"
+    )
 
 
 def _version(dist: str) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
+import tomllib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +27,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="conveyor: run the tests with the persistent compile cache off and in a temporary folder",
     )
+    parser.addini(
+        "conveyor_plugin_projects",
+        type="linelist",
+        default=[],
+        help="conveyor: globs (from the rootdir) of the pyproject.toml files whose [project.entry-points.conveyor] "
+        "are the only conveyor plugins the tests load (CONVEYOR_PLUGINS is set to them)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -34,6 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
     exercise it turn it on) and points at a temporary folder removed after
     the run. Not asked for, the plugin leaves the environment alone: it is
     loaded into every pytest run of a project that installs conveyor."""
+    _isolate_plugins(config)
     if not config.getini("conveyor_isolated_cache"):
         return
     os.environ.setdefault("CONVEYOR_CACHE", "0")
@@ -42,7 +53,52 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CONVEYOR_CACHE_DIR"] = _CACHE_DIR_MADE[-1]
 
 
+def project_plugins(rootdir: Path, patterns: list[str]) -> tuple[str, ...]:
+    """The entry-point names in the ``conveyor`` group of the pyproject.toml
+    files ``patterns`` match under ``rootdir``, sorted."""
+    names: set[str] = set()
+    for pattern in patterns:
+        for found in sorted(glob.glob(str(rootdir / pattern))):
+            with open(found, "rb") as f:
+                project = tomllib.load(f).get("project", {})
+            names.update(project.get("entry-points", {}).get("conveyor", {}))
+    return tuple(sorted(names))
+
+
+def _isolate_plugins(config: pytest.Config) -> None:
+    """Note [Tests isolated from installed plugins]: a project's tests build
+    their pipelines from the project's own plugins. Asked for (the ini option
+    ``conveyor_plugin_projects``, globs of the project's pyproject.toml files,
+    as conveyor's own ``pyproject.toml`` has ``packages/*/pyproject.toml``),
+    the allow-list ``CONVEYOR_PLUGINS`` is set to the entry points those files
+    declare, so another conveyor plugin installed in the environment, working
+    or broken, is never loaded by ``conveyor.compile``, ``torch.compile(...,
+    backend="conveyor")``, the CLI (subprocesses inherit it) or the
+    ``installed_plugins`` fixture. An environment that sets
+    ``CONVEYOR_PLUGINS`` itself is left alone, as for the cache."""
+    patterns = config.getini("conveyor_plugin_projects")
+    if not patterns or "CONVEYOR_PLUGINS" in os.environ:
+        return
+    names = project_plugins(Path(config.rootpath), patterns)
+    if not names:
+        raise pytest.UsageError(f"conveyor_plugin_projects {patterns}: no [project.entry-points.conveyor] found")
+    os.environ["CONVEYOR_PLUGINS"] = ",".join(names)
+    _PLUGINS_SET.append(names)
+
+
+_PLUGINS_SET: list[tuple[str, ...]] = []
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if _PLUGINS_SET:
+        return f"conveyor: plugins limited to the project's: CONVEYOR_PLUGINS={','.join(_PLUGINS_SET[-1])}"
+    return None
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PLUGINS_SET and os.environ.get("CONVEYOR_PLUGINS") == ",".join(_PLUGINS_SET[-1]):
+        del os.environ["CONVEYOR_PLUGINS"]
+    _PLUGINS_SET.clear()
     for folder in _CACHE_DIR_MADE:
         shutil.rmtree(folder, ignore_errors=True)
     _CACHE_DIR_MADE.clear()
@@ -56,9 +112,14 @@ def fresh_plugins() -> Plugins:
 
 @pytest.fixture
 def installed_plugins() -> Plugins:
-    """A plugin manager with every installed entry-point plugin loaded."""
+    """A plugin manager with every installed entry-point plugin loaded that
+    ``CONVEYOR_PLUGINS`` / ``CONVEYOR_BLOCK_PLUGINS`` allow (Note [Tests
+    isolated from installed plugins])."""
+    from conveyor.protocol.config import resolve
+
+    config = resolve()
     plugins = Plugins()
-    plugins.load_entry_points()
+    plugins.load_entry_points(allow=config.plugins, block=config.block_plugins)
     return plugins
 
 
