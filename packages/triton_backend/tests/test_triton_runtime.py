@@ -93,3 +93,46 @@ def test_log_switch_prints_each_kernel_once(triton_only, capsys, tmp_path):
     (report,) = conveyor_triton.reports(compiled)
     for k in report.kernels:
         assert out.count(f"kernel {k.name} ->") == 1 and f"def {k.name}(" in out
+
+
+def test_a_bound_launch_calls_the_compiled_kernel_as_triton_does(monkeypatch):
+    # Note [Bound launches]: the launcher gets grid, stream, function, metadata, no hooks,
+    # then the tensors and the block sizes in parameter order
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def run(self, *args):
+            calls.append(args)
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # CPU tensors' device index
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    launch = program.Launch(xblock=4, rblock=64, num_warps=2, grid=3, persistent=True)
+    a, b = torch.zeros(16), torch.zeros(16)
+    bound = program.bind(Compiled(), launch, [a, b])
+    assert bound([a, b]) is True
+    assert calls == [(3, 1, 1, 7, "fn", "meta", None, None, None, a, b, 4, 64)]
+    assert bound([a[1:], b]) is False and len(calls) == 1  # unaligned: Triton would specialize anew
+    assert program.bind(None, launch, [a, b]) is None  # the interpreter returns no compiled kernel
+
+
+def test_a_launch_hook_unbinds_launches(monkeypatch):
+    from triton import knobs
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def run(self, *args):
+            raise AssertionError("a hooked launch must go through Triton's JITFunction")
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
+    a = torch.zeros(16)
+    bound = program.bind(Compiled(), program.Launch(4, None, 1, 4, False), [a])
+    hook = lambda metadata: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert bound([a]) is False
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)

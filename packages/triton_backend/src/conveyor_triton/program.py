@@ -58,6 +58,8 @@ class KernelStep:
     files: dict[Variant, Path] = field(default_factory=dict)
     _fns: dict[Variant, Any] = field(default_factory=dict)
     _warned: bool = False
+    #: the static kernel's launch bound to its compiled kernel (Note [Bound launches]); None until then
+    _bound: Any = None
     #: where the outputs go when the kernel loads nothing (read off the graph at compile time)
     device: torch.device | None = None
 
@@ -68,7 +70,7 @@ class KernelStep:
     def __getstate__(self) -> dict[str, Any]:
         # Note [Picklable run-time callables] in conveyor.protocol.artifacts: the loaded
         # jit functions are not stored; fn() loads them again from the sources
-        return {**self.__dict__, "_fns": {}, "files": {}}
+        return {**self.__dict__, "_fns": {}, "files": {}, "_bound": None}
 
     @property
     def kernel(self) -> KernelSource:
@@ -114,7 +116,11 @@ class KernelStep:
             env[store.node] = out
         if launch.grid > 0 and k.xnumel > 0 and (k.rnumel is None or k.rnumel > 0):
             args += outs
-            self.fn("static")[(launch.grid,)](*args, **launch.meta)
+            bound = self._bound
+            if bound is None or not bound(args):
+                compiled = self.fn("static")[(launch.grid,)](*args, **launch.meta)
+                if bound is None and args[0].is_cuda:
+                    self._bound = bind(compiled, launch, args)
             if metrics.active():
                 metrics.record("kernel", args[: len(k.loads)], outs)
             if metrics.watched():
@@ -181,6 +187,50 @@ class KernelStep:
             env[node] = run_node(node, env, None)
         for view in self.post_views:
             env[view] = run_node(view, env, None)
+
+
+# Note [Bound launches]: a launch through Triton's ``JITFunction`` binds and
+# specializes its arguments and looks the compiled kernel up on every call
+# (tens of microseconds, more than a small kernel runs on a GPU). A static
+# kernel's arguments are its tensors only and its launch is fixed, so after
+# its first launch on CUDA the step calls the compiled kernel's launcher
+# directly, as Inductor's generated code does: grid, stream and block sizes
+# bound once. What Triton specialized the first launch on must still hold, or
+# the call goes through the ``JITFunction`` again: every pointer 16-byte
+# aligned as it was (Triton compiles another kernel for an unaligned one), the
+# same current device, and no launch hooks (a profiler's).
+
+
+def bind(compiled: Any, launch: Launch, args: Sequence[torch.Tensor]) -> Any:
+    """A callable launching ``compiled`` on ``args`` as its first launch did,
+    returning False without launching when that would not be the same launch
+    (Note [Bound launches]); None when the first launch cannot be bound."""
+    needed = ("run", "function", "packed_metadata")
+    if compiled is None or not all(hasattr(compiled, a) for a in needed) or any(t.data_ptr() % 16 for t in args):
+        return None
+    from triton import knobs
+
+    device = args[0].device.index
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's own launch asks, where torch has it
+    stream = raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
+    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+    grid, blocks = launch.grid, tuple(v for k, v in launch.meta.items() if k in ("XBLOCK", "RBLOCK"))
+    hooks = knobs.runtime
+
+    def launch_bound(tensors: Sequence[torch.Tensor]) -> bool:
+        if not (_unhooked(hooks.launch_enter_hook) and _unhooked(hooks.launch_exit_hook)):
+            return False
+        if torch.cuda.current_device() != device or any(t.data_ptr() % 16 for t in tensors):
+            return False
+        run(grid, 1, 1, stream(device), function, packed, None, None, None, *tensors, *blocks)
+        return True
+
+    return launch_bound
+
+
+def _unhooked(hook: Any) -> bool:
+    """Whether a Triton launch hook is unset: None, or a ``HookChain`` holding no calls."""
+    return hook is None or (isinstance(getattr(hook, "calls", None), list) and not hook.calls)
 
 
 def _poison(dtype: torch.dtype) -> Any:
