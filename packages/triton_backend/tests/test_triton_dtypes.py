@@ -28,14 +28,15 @@ DTYPES = [torch.bool, torch.int8, torch.uint8, torch.int16, torch.int32, torch.i
 
 def edges(dtype: torch.dtype, n: int = 40, seed: int = 0) -> torch.Tensor:
     """The type's extremes, 0, ±1, and random values in its range."""
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device="cpu").manual_seed(seed)  # drawn on the CPU, moved to the default device
     if dtype is torch.bool:
-        return torch.rand(n, generator=g) > 0.5
+        return (torch.rand(n, generator=g, device="cpu") > 0.5).to(torch.get_default_device())
     info = torch.iinfo(dtype)
     fixed = [info.min, info.max, 0, 1, info.min + 1, info.max - 1, 2] + ([-1, -2] if info.min < 0 else [])
     lo, hi = max(info.min, -(2**62)), min(info.max, 2**62)
-    rand = torch.randint(lo, hi, (n - len(fixed),), generator=g, dtype=torch.int64)
-    return torch.cat([torch.tensor(fixed, dtype=torch.int64), rand]).to(dtype)
+    rand = torch.randint(lo, hi, (n - len(fixed),), generator=g, dtype=torch.int64, device="cpu")
+    fixed_values = torch.tensor(fixed, dtype=torch.int64, device="cpu")
+    return torch.cat([fixed_values, rand]).to(dtype).to(torch.get_default_device())
 
 
 PROGRAMS: dict[str, Callable[[torch.Tensor, torch.Tensor], Any]] = {

@@ -137,6 +137,20 @@ def test_bfloat16_rounds_to_nearest_even_as_eager(triton_only):
     check(_bf16_roundings, x, h, compile=triton_only(), atol=0, rtol=0)
 
 
+def test_a_kernel_that_rounds_explicitly_is_compiled_without_contraction(triton_only, monkeypatch):
+    # Note [Explicit roundings and FMA]: on a GPU, (y * 3).to(bfloat16) + h became one fma.rn.bf16;
+    # the kernels are generated as for a GPU (the interpreter's roundings are integer arithmetic)
+    monkeypatch.setattr(conveyor_triton.dtypes, "interpreting", lambda: False)
+    compiled = triton_only()(_bf16_roundings)
+    compiled(torch.randn(64), torch.randn(64).to(torch.bfloat16))
+    (prog,) = conveyor_triton.programs(compiled)
+    assert [k.kernel.launch.meta.get("enable_fp_fusion", True) for k in prog.kernels] == [False]
+    plain = triton_only()(lambda x, y: x * 3 + y)
+    plain(torch.randn(64), torch.randn(64))
+    (prog,) = conveyor_triton.programs(plain)
+    assert all(k.kernel.launch.fp_fusion for k in prog.kernels)
+
+
 def test_fusion_groups(triton_only):
     """Layer norm, softmax and GELU over the same rows make one kernel."""
 

@@ -109,7 +109,7 @@ def test_a_bound_launch_calls_the_compiled_kernel_as_triton_does(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # CPU tensors' device index
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
     launch = program.Launch(xblock=4, rblock=64, num_warps=2, grid=3, persistent=True)
-    a, b = torch.zeros(16), torch.zeros(16)
+    a, b = torch.zeros(16, device="cpu"), torch.zeros(16, device="cpu")
     bound = program.bind(Compiled(), launch, [a, b])
     assert bound([a, b]) is True
     assert calls == [(3, 1, 1, 7, "fn", "meta", None, None, None, a, b, 4, 64)]
@@ -128,7 +128,7 @@ def test_a_launch_hook_unbinds_launches(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 7, raising=False)
-    a = torch.zeros(16)
+    a = torch.zeros(16, device="cpu")
     bound = program.bind(Compiled(), program.Launch(4, None, 1, 4, False), [a])
     hook = lambda metadata: None  # noqa: E731
     knobs.runtime.launch_enter_hook.add(hook)

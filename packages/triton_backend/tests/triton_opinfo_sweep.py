@@ -55,9 +55,10 @@ class Outcome:
 
 def samples(name: str, dtype: torch.dtype, limit: int) -> Iterator[tuple[Callable[..., Any], list[Any]]]:
     op = OPINFOS[name]
-    if dtype not in op.supported_dtypes("cpu"):
+    device = torch.get_default_device().type  # cuda under CONVEYOR_TEST_DEVICE=cuda (real kernels)
+    if dtype not in op.supported_dtypes(device):
         return
-    for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
+    for i, s in enumerate(op.sample_inputs(device, dtype, requires_grad=False)):
         if i >= limit:
             return
         yield sample_call(op.op, s)

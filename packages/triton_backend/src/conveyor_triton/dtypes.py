@@ -68,6 +68,24 @@ def cast(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
     return f"{expr}.to({tl_type(dst)})"
 
 
+# Note [Explicit roundings and FMA]: on a GPU an explicit rounding is written
+# ``x.to(tl.bfloat16).to(tl.float32)``, and LLVM's NVPTX backend contracts a
+# multiply whose rounded result feeds an add into one ``fma.rn.bf16`` (seen on
+# an H100 with Triton 3.6, and in the PTX Triton 3.9 writes for sm_90): the
+# rounding the program asked for is skipped, and ``(y * 3).to(bfloat16) + h``
+# came out up to 4 bfloat16 ulps off eager on a quarter of the elements. A
+# kernel that rounds explicitly is therefore compiled without floating-point
+# contraction (Triton's ``enable_fp_fusion=False``), which the launch passes
+# (``conveyor_triton.launch``).
+_ROUND_TRIPS = (".to(tl.float16).to(tl.float32)", ".to(tl.bfloat16).to(tl.float32)")
+
+
+def rounds_explicitly(source: str) -> bool:
+    """Whether kernel ``source`` rounds a value to a 16-bit float and computes
+    on with it (Note [Explicit roundings and FMA])."""
+    return any(trip in source for trip in _ROUND_TRIPS)
+
+
 def _round_bf16(expr: str) -> str:
     """A float32 value rounded to the nearest even bfloat16, still as float32
     (Note [bfloat16 rounding in the interpreter])."""

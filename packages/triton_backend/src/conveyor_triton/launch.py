@@ -52,13 +52,18 @@ class Launch:
     num_warps: int
     grid: int
     persistent: bool
+    #: floating-point contraction (FMA) allowed (Note [Explicit roundings and FMA] in conveyor_triton.dtypes)
+    fp_fusion: bool = True
 
     @property
     def meta(self) -> dict[str, int]:
-        """The launch's keyword arguments: block sizes and ``num_warps``."""
+        """The launch's keyword arguments: block sizes, ``num_warps``, and
+        ``enable_fp_fusion`` when contraction is off."""
         meta = {"XBLOCK": self.xblock, "num_warps": self.num_warps}
         if self.rblock is not None:
             meta["RBLOCK"] = self.rblock
+        if not self.fp_fusion:
+            meta["enable_fp_fusion"] = False
         return meta
 
 

@@ -3,6 +3,7 @@ classify, fuse, decide what each kernel stores, generate the sources."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import torch.fx
 from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
 from conveyor_triton.codegen import KernelSource, StoreStrides, generate
 from conveyor_triton.domain import contiguous_strides
+from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.fusion import Fuser, Group
 from conveyor_triton.launch import choose
 from conveyor_triton.ops import RULES
@@ -82,6 +84,8 @@ def _static_kernel(
     layouts = [a.layout for a in (*kernel.loads, *kernel.stores) if a.layout is not None]
     if needs_index64(group.numel, layouts):
         kernel = generate(group, stored, name, True, launch, store_strides)
+    if rounds_explicitly(kernel.source):  # Note [Explicit roundings and FMA]
+        kernel = dataclasses.replace(kernel, launch=dataclasses.replace(launch, fp_fusion=False))
     return kernel
 
 

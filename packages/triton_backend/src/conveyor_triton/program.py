@@ -25,6 +25,7 @@ from conveyor.stage_api import span
 from conveyor_triton import kernel_cache, metrics
 from conveyor_triton.classify import is_view
 from conveyor_triton.codegen import KernelSource
+from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.launch import Launch, block_sizes
 from conveyor_triton.report import Report
 
@@ -158,7 +159,9 @@ class KernelStep:
             variant: Variant = (
                 "generic64" if needs_index64(total, [(t.shape, t.stride()) for t in [*tensors, *outs]]) else "generic"
             )
-            blocks = block_sizes(cast(torch.device, device), k.xnumel, k.rnumel)  # set by a load or a store
+            blocks: dict[str, Any] = dict(block_sizes(cast(torch.device, device), k.xnumel, k.rnumel))  # device: a load's or a store's
+            if rounds_explicitly(k.source):  # Note [Explicit roundings and FMA]
+                blocks["enable_fp_fusion"] = False
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
             self.fn(variant)[grid](*args, **blocks)
             if metrics.active():
