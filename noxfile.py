@@ -30,6 +30,15 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 @nox.session
+def triton_aot(session: nox.Session) -> None:
+    """The triton backend's tests with every kernel they launch compiled for
+    sm_90 and sm_80 by the real Triton compiler (no GPU needed; about 0.3 s
+    per kernel and target)."""
+    _install(session)
+    session.run("pytest", "--runslow", "--aot-check", "packages/triton_backend/tests", *session.posargs)
+
+
+@nox.session
 def integration(session: nox.Session) -> None:
     _install(session)
     session.run("pytest", "--runslow", "tests", *session.posargs)
