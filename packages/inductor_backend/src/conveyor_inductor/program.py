@@ -24,6 +24,7 @@ program anyway).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,27 +35,13 @@ from conveyor import CompiledFn, Request
 from conveyor.stage_api import reducible
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from conveyor_inductor import fx_cache
 from conveyor_inductor.probe import api
+from conveyor_inductor.specs import TensorSpec, describe_inputs
 
+log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """A static tensor input, in plain data."""
-
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    storage_offset: int
-    dtype: torch.dtype
-    device: str
-    requires_grad: bool
-
-    def fake(self) -> torch.Tensor:
-        """A tensor with this description, made under the active fake mode."""
-        span = 1 + sum((n - 1) * s for n, s in zip(self.size, self.stride) if n > 0) if all(self.size) else 0
-        base = torch.empty(self.storage_offset + span, dtype=self.dtype, device=self.device)
-        made = base.as_strided(self.size, self.stride, self.storage_offset) if base.numel() else base.view(self.size)
-        made = made.detach()
-        return made.requires_grad_() if self.requires_grad else made
+__all__ = ["InductorProgram", "Made", "TensorSpec", "compile_graph", "describe_inputs", "program"]
 
 
 @dataclass(frozen=True)
@@ -82,45 +69,27 @@ class Made:
     info: InductorProgram
 
 
-def describe_inputs(inputs: Sequence[Any]) -> tuple[TensorSpec | int | float | bool, ...] | None:
-    """Plain-data descriptions of static inputs; ``None`` when any is symbolic
-    (Note [Storing Inductor programs])."""
-    described: list[TensorSpec | int | float | bool] = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            if x.layout is not torch.strided:
-                return None
-            dims = (*x.shape, *x.stride(), x.storage_offset())
-            if any(not isinstance(d, int) for d in dims):
-                return None
-            described.append(
-                TensorSpec(
-                    tuple(x.shape), tuple(x.stride()), int(x.storage_offset()), x.dtype, str(x.device), x.requires_grad
-                )
-            )
-        elif isinstance(x, bool | int | float) and not isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
-            described.append(x)
-        else:
-            return None
-    return tuple(described)
-
-
 def compile_graph(
     graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any, label: str, config: dict[str, Any]
 ) -> tuple[torch.fx.GraphModule, Any]:
-    """``graph`` decomposed with Inductor's table (retraced under ``fake_mode``
-    on ``inputs``) and compiled by Inductor: the decomposed graph as Inductor
-    left it, and Inductor's callable (Note [Symbolic sizes in the inductor
-    backend])."""
+    """``graph`` decomposed with Inductor's table (retraced on ``inputs``) and
+    compiled by Inductor: the decomposed graph as Inductor left it, and
+    Inductor's callable (Note [Symbolic sizes in the inductor backend]). The
+    retrace and the compile run where :func:`fx_cache.scope` says, so that
+    Inductor's FX graph cache can serve the compile (Note [Inductor's FX graph
+    cache])."""
     inductor = api()
     table = {op: fn for op, fn in inductor.decompositions().items() if op is not torch.ops.aten.detach.default}
 
     def run(*flat: Any) -> tuple[Any, ...]:
         return tuple(conveyor.call_graph(graph, flat))
 
-    gm = conveyor.retrace(run, inputs, fake_mode, decomposition_table=table)
-    with inductor.config.patch(config):
-        compiled = inductor.compile_graph(gm, list(inputs), is_backward=label == "backward")
+    where = fx_cache.scope(inputs, fake_mode)
+    if not where.cached:
+        log.debug("%s: Inductor's FX graph cache not used: %s", label, where.why)
+    gm = conveyor.retrace(run, where.inputs, where.fake_mode, decomposition_table=table)
+    with where.entered(), inductor.config.patch({**config, **where.config}):
+        compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
     return gm, compiled
 
 
