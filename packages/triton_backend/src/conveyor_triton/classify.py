@@ -48,6 +48,7 @@ ORDER_KEEPING_VIEWS = {
     aten.squeeze.dim,
     aten.squeeze.dims,
     aten.alias.default,
+    aten.detach.default,  # kept whole by the decomposition table (conveyor_triton.decompose)
 }
 
 

@@ -104,10 +104,15 @@ def _gelu(x: torch.Tensor, approximate: str = "none") -> Any:
 
 
 # kept whole: matmul-bound (they run as aten anyway), and the CPU flash
-# attention decomposition returns a logsumexp of another shape than the kernel's
+# attention decomposition returns a logsumexp of another shape than the kernel's;
+# and detach: torch's decomposition records it as ``alias``, which the retrace
+# refuses (Note [Gradient cuts below autograd] in conveyor.analysis.grad_regions),
+# so a backward graph with a detach (layer norm's has one) failed to decompose
+# and ran every op as an aten call. A detach is a view here either way.
 _KEEP = [
     aten._scaled_dot_product_flash_attention_for_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward,
+    aten.detach,
 ]
 
 
