@@ -11,7 +11,7 @@ from typing import Any
 import conveyor
 import pytest
 import torch
-from conveyor.analysis import sharing
+from conveyor.analysis.signature import CallSignature
 from conveyor.frontend.capture import ModuleState, lifted_state
 from conveyor.runtime import cache
 
@@ -186,29 +186,32 @@ def test_module_state_structure_follows_the_tree() -> None:
     assert state.structure[1] == tuple(lifted_state(module)[0])
 
 
-def test_storage_groups_once_per_key_and_nothing_kept() -> None:
+def test_one_signature_per_call_describes_its_sharing() -> None:
     x = torch.randn(4)
-    flat = [x, x[1:], torch.randn(2), 3]
-    expected = sharing.storage_groups(flat)
-    assert expected == (0, 0, 2, -1)
-    with sharing.keying(flat):
-        assert sharing.storage_groups(flat) is sharing.storage_groups(flat)
-        assert sharing.storage_groups(flat) == expected
-        other = [torch.randn(1)]
-        assert sharing.storage_groups(other) == (0,)  # another list: computed afresh
-    assert sharing._keying == [None, None]  # no input kept alive after the key
+    y = torch.randn(3, requires_grad=True)
+    flat = [x, x[1:], torch.randn(2), 3, x, y * 1]
+    signature = CallSignature.of(flat)
+    assert signature.groups == (0, 0, 2, -1, 0, 5) and not signature.unshared and not signature.plain
+    assert signature.same == (0, 1, 2, 3, 0, 5)  # the same tensor object, not only the same storage
+    assert signature.overlapping == frozenset({(0, 1), (0, 4), (1, 4)})
+    assert signature.offsets == (0, 1, 0, None, 0, 0)
+    assert signature.leaves((5,)) == (False,)
+    assert signature.offsets is signature.offsets  # computed once, kept on the call's signature
+    assert cache.call_key(signature)[-1] == signature.groups
+    plain = CallSignature.of([x, torch.randn(2)])
+    assert plain.unshared and plain.plain and plain.same == (0, 1) and plain.overlapping == frozenset()
 
 
 def test_the_fast_key_matches_tensor_key_on_what_it_distinguishes() -> None:
     p = torch.nn.Parameter(torch.randn(4, 4))
     t = torch.randn(4, 4)
-    k = cache.call_key([p, t])
-    assert cache.call_key([p, t]) == k
-    assert cache.call_key([t, p]) != k
-    assert cache.call_key([p, t.t()]) != k  # strides
-    assert cache.call_key([p, t[1:]]) != k
-    assert cache.call_key([p, t.requires_grad_()]) != k
-    assert cache.call_key([p, (t * 2)]) != k  # not a leaf
+    k = cache.call_key(CallSignature.of([p, t]))
+    assert cache.call_key(CallSignature.of([p, t])) == k
+    assert cache.call_key(CallSignature.of([t, p])) != k
+    assert cache.call_key(CallSignature.of([p, t.t()])) != k  # strides
+    assert cache.call_key(CallSignature.of([p, t[1:]])) != k
+    assert cache.call_key(CallSignature.of([p, t.requires_grad_()])) != k
+    assert cache.call_key(CallSignature.of([p, (t * 2)])) != k  # not a leaf
 
 
 @pytest.mark.parametrize("kind", KINDS)

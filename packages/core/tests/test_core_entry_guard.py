@@ -11,7 +11,7 @@ from typing import Any
 import conveyor
 import pytest
 import torch
-from conveyor.analysis import sharing
+from conveyor.analysis.signature import CallSignature
 from conveyor.frontend import capture
 from conveyor.runtime.entry_guard import EntryGuard
 
@@ -159,8 +159,8 @@ def test_the_state_list_is_kept_until_a_dict_changes() -> None:
     assert now is not first and now[0] is module[0].weight and state.version == version + 1
 
 
-def _guard(flat: Sequence[torch.Tensor], stages: Sequence[Callable[[Sequence[Any]], Any]] = ()) -> EntryGuard:
-    guard = EntryGuard.of(list(flat), (), list(flat), stages, entry="entry")
+def _guard(flat: Sequence[torch.Tensor], stages: Sequence[Callable[[CallSignature], Any]] = ()) -> EntryGuard:
+    guard = EntryGuard.of(list(flat), (), CallSignature.of(list(flat)), stages, entry="entry")
     assert guard is not None
     return guard
 
@@ -170,7 +170,7 @@ def test_entry_guard_checks_what_tensor_guards_do_not() -> None:
     guard = _guard([a, b])
 
     def holds(*flat: torch.Tensor) -> bool:
-        return guard.check(list(flat), (), list(flat))
+        return guard.check(list(flat), (), CallSignature.of(list(flat)))
 
     assert holds(torch.randn(4), torch.randn(4, requires_grad=True))
     assert not holds(torch.randn(5)[1:], b)  # storage offset
@@ -185,45 +185,46 @@ def test_entry_guard_of_shared_inputs_keeps_their_groups() -> None:
     base = torch.randn(6)
     guard = _guard([base[:3], base[3:], torch.randn(3)])
     other = torch.randn(6)
-    assert guard.check([other[:3], other[3:], torch.randn(3)], (), [other[:3], other[3:], torch.randn(3)])
+    flat = [other[:3], other[3:], torch.randn(3)]
+    assert guard.check(flat, (), CallSignature.of(flat))
     flat = [other[:3], torch.randn(3), other[3:]]
-    assert not guard.check(flat, (), flat)
+    assert not guard.check(flat, (), CallSignature.of(flat))
 
 
-def test_entry_guard_recomputes_stage_keys_from_one_storage_scan() -> None:
-    seen: list[tuple[int, ...]] = []
+def test_entry_guard_hands_the_stage_keys_the_calls_one_signature() -> None:
+    seen: list[CallSignature] = []
 
-    def stage_key(flat: Sequence[Any]) -> Any:
-        seen.append(sharing.storage_groups(flat))
-        return sharing.unshared(flat)
+    def stage_key(signature: CallSignature) -> Any:
+        seen.append(signature)
+        return signature.unshared
 
     a, b = torch.randn(2), torch.randn(2)
     guard = _guard([a, b], [stage_key])
     flat = [torch.randn(2), torch.randn(2)]
-    assert guard.check(flat, (), flat)
-    assert seen[-1] == (0, 1)
-    assert sharing._keying == [None, None]  # nothing kept after the check
+    signature = CallSignature.of(flat)
+    assert guard.check(flat, (), signature)
+    assert seen[-1] is signature and signature.groups == (0, 1)
 
 
 def test_no_entry_guard_for_inputs_it_cannot_check() -> None:
     sparse = torch.randn(3, 3).to_sparse()
-    assert EntryGuard.of([sparse], (), [sparse], (), entry=None) is None
+    assert EntryGuard.of([sparse], (), CallSignature.of([sparse]), (), entry=None) is None
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(torch.randn(2))
-    assert EntryGuard.of([fake], (), [fake], (), entry=None) is None
+    assert EntryGuard.of([fake], (), CallSignature.of([fake]), (), entry=None) is None
 
 
 def test_unshared_matches_the_storage_groups() -> None:
     x = torch.randn(4)
-    assert sharing.unshared([x, torch.randn(2)])
-    assert not sharing.unshared([x, x])
-    assert not sharing.unshared([x, x[1:]])
-    assert sharing.unshared([x, 3])  # a non-tensor shares nothing
-    assert not sharing.unshared([x, torch.randn(2, 2).to_sparse()])  # no storage to compare
-    assert sharing.storage_groups([x, torch.randn(2, 2).to_sparse(), 3, x[2:]]) == (0, -1, -1, 0)
-    assert sharing.storage_groups([x, x[1:], torch.randn(1)]) == (0, 0, 2)
+    assert CallSignature.of([x, torch.randn(2)]).unshared
+    assert not CallSignature.of([x, x]).unshared
+    assert not CallSignature.of([x, x[1:]]).unshared
+    assert CallSignature.of([x, 3]).unshared  # a non-tensor shares nothing
+    assert not CallSignature.of([x, torch.randn(2, 2).to_sparse()]).unshared  # no storage to compare
+    assert CallSignature.of([x, torch.randn(2, 2).to_sparse(), 3, x[2:]]).groups == (0, -1, -1, 0)
+    assert CallSignature.of([x, x[1:], torch.randn(1)]).groups == (0, 0, 2)
 
 
 @pytest.mark.parametrize("kind", ["conveyor.compile", "torch.compile"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conveyor.stage_api import CallSignature
 from conveyor_synthetic_base import (
     AliasView,
     BaseMap,
@@ -20,7 +21,7 @@ from conveyor_synthetic_base.sharing import shared_storages
 
 def _plan(inputs, data=(), metadata=(), moves_views=False, tight=True):
     muts = Mutations(frozenset(map(OuterIdx, data)), frozenset(map(OuterIdx, metadata)), moves_views)
-    return plan(shared_storages(inputs), muts, tight=tight)
+    return plan(shared_storages(inputs, CallSignature.of(inputs).groups), muts, tight=tight)
 
 
 X = torch.zeros(6, 8)

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import Pipeline, Request, StageGraph, retrace
-from conveyor.stage_api import writes
+from conveyor.stage_api import CallSignature, writes
 from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -107,7 +107,9 @@ def _signature(dynamic: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def _stage_keys(stages: Sequence[Any], dynamic: Sequence[Any]) -> tuple[Hashable, ...]:
-    return tuple(s.cache_key(dynamic) for s in stages)
+    """The stages' keys of these inputs, from one signature (Note [The call signature])."""
+    signature = CallSignature.of(dynamic)
+    return tuple(s.cache_key(signature) for s in stages)
 
 
 def _split(values: Sequence[Any]) -> tuple[list[int], tuple[Hashable, ...]]:

@@ -34,7 +34,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.hooks import RemovableHandle
 
 from conveyor import dynamo
-from conveyor.analysis import sharing
+from conveyor.analysis.signature import CallSignature
 from conveyor.errors import (
     CaptureError,
     DataDependentError,
@@ -139,6 +139,7 @@ class Compiled:
                 found += objects.tensors
                 spec_key = (in_spec, objects.key)
         flat = [*state, *tensors]
+        signature = CallSignature.of(flat)  # Note [The call signature]: the one storage scan of this call
         # Note [A guard per entry]: the guards of this argument structure first
         values = _hashable_constants(constants) if constants else ()
         coarse = (spec_key, values, torch.is_grad_enabled(), cache._autocast_key())
@@ -149,14 +150,14 @@ class Compiled:
         entry = None
         if guards is not None:
             for guard in guards:
-                if guard.check(tensors, state, flat):
+                if guard.check(tensors, state, signature):
                     entry = guard.entry
                     break
         if entry is None:
             if in_spec is None:
                 in_spec = _positional_spec(len(args))
-            entry = self._lookup(flat, spec_key, values, in_spec, leaves, constants, objects)
-            made = EntryGuard.of(tensors, state, flat, self._keyed, entry)
+            key, entry = self._lookup(signature, spec_key, values, in_spec, leaves, constants, objects)
+            made = EntryGuard.of(tensors, state, signature, self._keyed, entry, key.stages)
             if made is not None:
                 guards = self._guards.setdefault(coarse, [])
                 guards.insert(0, made)
@@ -169,35 +170,35 @@ class Compiled:
 
     def _lookup(
         self,
-        flat: list[Any],
+        signature: CallSignature,
         spec_key: Hashable,
         values: tuple[tuple[int, Any], ...],
         in_spec: pytree.TreeSpec,
         leaves: Sequence[Any],
         constants: tuple[tuple[int, Any], ...],
         objects: ObjectArgs | None,
-    ) -> Entry:
-        """The entry of this call's full key (``values``: the non-tensor
-        arguments, hashable): cached, or compiled now."""
-        key = self._key(flat, spec_key, values)
+    ) -> tuple[CallKey, Entry]:
+        """This call's full key (``values``: the non-tensor arguments,
+        hashable) and its entry: cached, or compiled now."""
+        key = self._key(signature, spec_key, values)
         entry = self._cache.get(key) or self._sized.get(key)
         if entry is not None and recompiles.enabled() and key not in self._hits_logged:
             self._hits_logged.add(key)  # Note [Recompile reasons]: an entry's first reuse by its key
             recompiles.hit(self._name(), key)
         if entry is None:
-            entry = self._miss(key, flat, in_spec, leaves, constants, objects)
+            entry = self._miss(key, signature, in_spec, leaves, constants, objects)
             if entry.guards is None:
                 self._cache[key] = entry
             else:  # a symbolic entry: remember the latest sizes it served, a bounded number
                 self._sized[key] = entry
                 if len(self._sized) > _SIZED:
                     del self._sized[next(iter(self._sized))]
-        return entry
+        return key, entry
 
-    def _key(self, flat: Sequence[Any], spec_key: Hashable, values: tuple[tuple[int, Any], ...]) -> CallKey:
-        with sharing.keying(flat):  # Note [A cheap call key]
-            core = cache.call_key(flat)
-            stage_keys = tuple([s(flat) for s in self._keyed])
+    def _key(self, signature: CallSignature, spec_key: Hashable, values: tuple[tuple[int, Any], ...]) -> CallKey:
+        flat = signature.inputs
+        core = cache.call_key(signature)  # Note [A cheap call key]
+        stage_keys = tuple([s(signature) for s in self._keyed])
         state = self._state
         if state is None:
             return CallKey(spec_key, values, (), core, stage_keys, boundary_key(flat), (), ())
@@ -226,8 +227,8 @@ class Compiled:
     # -- a cache miss -------------------------------------------------------
     def _miss(
         self,
-        key: Hashable,
-        flat: Sequence[Any],
+        key: CallKey,
+        signature: CallSignature,
         in_spec: Any,
         leaves: Sequence[Any],
         constants: tuple[tuple[int, Any], ...],
@@ -239,12 +240,12 @@ class Compiled:
         state_names = lifted_state(self.module)[0] if self.module is not None else []
         dynamic = self.config.dynamic
         logging = recompiles.enabled()
-        assert isinstance(key, CallKey)
+        flat = signature.inputs
         if dynamic is False:
             if logging:
                 self._log_miss(key, flat, in_spec, leaves, "static sizes (dynamic=False)")
             return self._compile(flat, state_names, in_spec, leaves, constants, objects)
-        skey = (*key[:3], dynamic_shapes.shapeless_key(flat), *key[4:])  # _key's call_key without sizes
+        skey = key._replace(core=dynamic_shapes.shapeless_key(signature))  # the key without sizes
         symbolic = self._symbolic.get(skey, ())
         for entry in symbolic:
             if entry.guards is None or entry.guards.check([*flat, *entry.closure]):
@@ -254,7 +255,7 @@ class Compiled:
                 return entry
         first = self._first_sizes.get(skey)
         dims: frozenset[tuple[int, int]] = frozenset()
-        if skey not in self._static_only and dynamic_shapes.can_be_symbolic(flat) is None:
+        if skey not in self._static_only and dynamic_shapes.can_be_symbolic(signature) is None:
             if dynamic:
                 dims = dynamic_shapes.all_dims(flat)
             elif first is not None:

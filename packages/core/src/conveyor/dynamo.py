@@ -18,7 +18,6 @@ run-time key, so another value compiles again.
 from __future__ import annotations
 
 import copy
-import operator
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ import torch.fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from conveyor.analysis import sharing
+from conveyor.analysis.signature import CallSignature
 from conveyor.errors import DataDependentError, EagerFallback
 from conveyor.frontend import functions, subclasses
 from conveyor.frontend.capture import trace_user
@@ -79,7 +78,7 @@ class DynamoCompiled:
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         fakes = [_fakeify(x, fake_mode) for x in example_inputs]
         # the specialization dynamo compiled for: any sizes dynamo's guards allow
-        self._lowered_key = self._key(example_inputs, shapes=False)
+        self._lowered_key = self._key(CallSignature.of(example_inputs), shapes=False)
         if recompiles.enabled():
             recompiles.miss(self.name, self._lowered_key, [], lambda o, n: [], "at dynamo's lowering, for any sizes its guards allow")
         self._lowered = self._compile(fakes, fake_mode, self._item_values(example_inputs))
@@ -87,15 +86,17 @@ class DynamoCompiled:
     def _item_values(self, flat: Sequence[Any]) -> dict[int, Any]:
         return {i: flat[i].item() for i in self._items}
 
-    def _key(self, flat: Sequence[Any], shapes: bool) -> recompiles.DynamoKey:
-        with sharing.keying(flat):  # storage groups computed once for the core and the stages
-            stage_keys = tuple([s(flat) for s in self._keyed])
-            core = cache.call_key(flat) if shapes else _unguarded_key(flat, self._grad_positions)
+    def _key(self, signature: CallSignature, shapes: bool) -> recompiles.DynamoKey:
+        """The call's key: with ``shapes``, the whole core key; without, what
+        dynamo's guards leave out (Note [What dynamo's guards decide])."""
+        flat = signature.inputs
+        stage_keys = tuple([s(signature) for s in self._keyed])
+        core = cache.call_key(signature) if shapes else _unguarded_key(signature, self._grad_positions)
         values = tuple(x for x in flat if not isinstance(x, torch.Tensor)) if shapes else ()
         items = tuple(self._item_values(flat).items()) if self._items else ()
         return recompiles.DynamoKey(core, stage_keys, values, items)
 
-    def _log_miss(self, args: Sequence[Any], key: recompiles.DynamoKey) -> None:
+    def _log_miss(self, signature: CallSignature, key: recompiles.DynamoKey) -> None:
         """Note [Recompile reasons]: what differs from the specialization
         compiled at lowering time (by what dynamo's guards leave out), else
         from the closest static entry."""
@@ -103,7 +104,7 @@ class DynamoCompiled:
         stages = [s.name for s in self.pipeline.stages if s.cache_key is not None]
         how = "static sizes, for this call's specialization"
         if self._lowered_key is not None:
-            unguarded = self._key(args, shapes=False)
+            unguarded = self._key(signature, shapes=False)
             positions = self._grad_positions
             recompiles.miss(
                 self.name, unguarded, [self._lowered_key], lambda o, n: _changes(o, n, names, stages, positions), how
@@ -150,10 +151,11 @@ class DynamoCompiled:
         return run, graphs
 
     def __call__(self, *args: Any) -> Sequence[Any]:
-        if self._lowered_key is not None and self._key(args, shapes=False) == self._lowered_key:
+        signature = CallSignature.of(args)  # Note [The call signature]: one storage scan per call
+        if self._lowered_key is not None and self._key(signature, shapes=False) == self._lowered_key:
             entry = self._lowered
         else:
-            key = self._key(args, shapes=True)
+            key = self._key(signature, shapes=True)
             if key in self._static:
                 entry = self._static[key]
                 if recompiles.enabled() and key not in self._hits_logged:
@@ -161,7 +163,7 @@ class DynamoCompiled:
                     recompiles.hit(self.name, key, "static entry")
             else:
                 if recompiles.enabled():
-                    self._log_miss(args, key)
+                    self._log_miss(signature, key)
                 fake_mode = FakeTensorMode()
                 fakes = [_fakeify(x, fake_mode, static=True) for x in args]
                 with structured_trace.compile_id(self.compile_id):  # Note [Structured trace]: beside dynamo's
@@ -173,7 +175,7 @@ class DynamoCompiled:
         return entry[0](list(args))
 
 
-def _unguarded_key(flat: Sequence[Any], grad_positions: tuple[int, ...]) -> Hashable:
+def _unguarded_key(signature: CallSignature, grad_positions: tuple[int, ...]) -> Hashable:
     """Note [What dynamo's guards decide]: the part of a call that dynamo's
     guards do not check but a compiled graph depends on: which inputs share
     storage and the leafness of the inputs that require grad (the others are
@@ -185,17 +187,9 @@ def _unguarded_key(flat: Sequence[Any], grad_positions: tuple[int, ...]) -> Hash
     what dynamo's tensor guards check on every input: keying on them here
     would be that work again per call (and would compile again, statically,
     what the lowered graph already serves). No Python loop over the inputs:
-    ``map`` over the positions that require grad, and the core's storage
-    scan (``sharing.storage_groups``)."""
-    return (
-        torch.is_grad_enabled(),
-        cache._autocast_key(),
-        tuple(map(_is_leaf, map(flat.__getitem__, grad_positions))) if grad_positions else (),
-        sharing.storage_groups(flat),
-    )
-
-
-_is_leaf = operator.attrgetter("is_leaf")
+    ``map`` over the positions that require grad, and the call's one
+    storage scan (Note [The call signature])."""
+    return (torch.is_grad_enabled(), cache._autocast_key(), signature.leaves(grad_positions), signature.groups)
 
 
 def _input_names(gm: torch.fx.GraphModule, n: int) -> list[str]:

@@ -14,7 +14,8 @@ sources for it. The names, by what they are for:
   must run, and their aliasing;
 * facts about one program: the program record (``Program``, its typed index
   spaces and per-input/output facts), the memory layout of tensors
-  (``overlap``), which inputs share storage, the grad-mode tag capture puts
+  (``overlap``), a call's signature (which inputs share storage, are
+  the same tensor, overlap: what a stage's ``cache_key`` receives), the grad-mode tag capture puts
   on each node, running a graph functionally;
 * run-time helpers: the warned eager fallback of a stage, pickling a
   compiled callable for the disk cache, the user's cache folder and the
@@ -38,7 +39,7 @@ from conveyor.analysis.schema import (
     writes,
     written_positions,
 )
-from conveyor.analysis.sharing import storage_groups, unshared
+from conveyor.analysis.signature import CallSignature
 from conveyor.errors import DataDependentError, StageError, SymbolicSizesUnsupported
 from conveyor.frontend.capture import retrace
 from conveyor.protocol.artifacts import reducible
@@ -55,6 +56,7 @@ from conveyor.runtime.files import may_read, may_write, user_cache_dir, write_at
 __all__ = [
     "GRAD_META",
     "BaseIdx",
+    "CallSignature",
     "CompiledFn",
     "DataDependentError",
     "FunctionalRun",
@@ -97,9 +99,7 @@ __all__ = [
     "run_functional",
     "span",
     "stamp",
-    "storage_groups",
     "swaps_storage",
-    "unshared",
     "user_cache_dir",
     "warn_eager",
     "write_atomic",

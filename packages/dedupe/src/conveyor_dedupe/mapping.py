@@ -57,12 +57,13 @@ class DedupeMap:
                 raise ValueError(f"DedupeMap: outer {position} maps to inner {inner}, not an earlier kept argument")
 
     @staticmethod
-    def from_first_positions(first: Sequence[OuterIdx]) -> DedupeMap:
+    def from_first_positions(first: Sequence[int]) -> DedupeMap:
         """The map for arguments whose first occurrences are ``first``
-        (as :func:`first_positions` gives)."""
+        (as :func:`first_positions` gives, or the program record's
+        ``aliasing.same``)."""
         kept = tuple(OuterIdx(o) for o, f in enumerate(first) if f == o)
         inner_at = {outer: InnerIdx(i) for i, outer in enumerate(kept)}
-        return DedupeMap(kept, tuple(inner_at[f] for f in first))
+        return DedupeMap(kept, tuple(inner_at[OuterIdx(f)] for f in first))
 
     @property
     def has_duplicates(self) -> bool:

@@ -18,6 +18,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             kind="wrapper",
             impl=Dedupe(),
             before=("synthetic_base", "functionalize"),
+            reads=("aliasing",),
             cache_key=cache_key,
             description="the same tensor passed in several positions becomes one graph input",
         )

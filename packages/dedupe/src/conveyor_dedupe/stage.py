@@ -19,16 +19,17 @@ import conveyor
 import torch
 import torch.fx
 from conveyor import CompiledFn, Lowering, Request
-from conveyor.stage_api import reducible, unshared
+from conveyor.stage_api import CallSignature, reducible
 
-from conveyor_dedupe.mapping import DedupeMap, first_positions
+from conveyor_dedupe.mapping import DedupeMap
 
 
 class Dedupe:
     """The stage implementation (``lower``)."""
 
     def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
-        mapping = DedupeMap.from_first_positions(first_positions(request.inputs))
+        # the program record's aliasing (declared in reads): which inputs are one tensor
+        mapping = DedupeMap.from_first_positions(request.program.aliasing.same)
         if not mapping.has_duplicates:
             return Lowering.passthrough(request)
         inner_inputs = tuple(mapping.to_inner(request.inputs))
@@ -54,10 +55,10 @@ def _deduping(compiled: CompiledFn, mapping: DedupeMap) -> CompiledFn:
     return reducible(run, _deduping, compiled, mapping)  # Note [Picklable run-time callables] in conveyor.protocol.artifacts
 
 
-def cache_key(flat: Sequence[Any]) -> tuple[int, ...]:
+def cache_key(signature: CallSignature) -> tuple[int, ...]:
     """Which flat arguments are the same tensor object: ``f(x, x)`` and
-    ``f(x, y)`` compile separately. Where the core's storage scan of this
-    call (``conveyor.analysis.sharing.unshared``, computed once per call) says that no
-    two tensor inputs share a storage, none is passed twice: ``()``, with
-    no scan of our own."""
-    return () if unshared(flat) else first_positions(flat)
+    ``f(x, y)`` compile separately. Where the call's signature (Note [The
+    call signature], one storage scan per call) says that no two tensor
+    inputs share a storage, none is passed twice: ``()``, with no scan of
+    our own; otherwise its ``same`` positions."""
+    return () if signature.unshared else signature.same

@@ -1,9 +1,10 @@
 """Which inputs share a storage, described by value: the stage's cache key.
 
 :func:`shared_storages` runs on every call (it is the stage's
-``cache_key``) and at compile time on the fake inputs, so the plan made at
-compile time depends on nothing the key does not hold. Inputs that share no
-storage cost one dict lookup each.
+``cache_key``, with the call's signature's storage groups) and at compile
+time on the fake inputs (with the program record's), so the plan made at
+compile time depends on nothing the key does not hold. Neither scans the
+storages again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from conveyor.stage_api import Layout, storage_groups
+from conveyor.stage_api import Layout
 
 from conveyor_synthetic_base.mapping import OuterIdx
 
@@ -62,11 +63,12 @@ def _root(t: torch.Tensor) -> torch.Tensor:
     return t._base if t._base is not None else t
 
 
-def shared_storages(flat: Sequence[Any]) -> tuple[SharedStorage, ...]:
-    """The storages that two or more strided tensor inputs share (grouped
-    as the core's cache key groups them)."""
+def shared_storages(flat: Sequence[Any], groups: Sequence[int]) -> tuple[SharedStorage, ...]:
+    """The storages that two or more strided tensor inputs share, grouped by
+    ``groups`` (per input, the first input in its storage, ``-1`` for none:
+    ``CallSignature.groups`` / ``InputAliasing.groups``)."""
     by_storage: dict[int, list[OuterIdx]] = {}
-    for i, first in enumerate(storage_groups(flat)):
+    for i, first in enumerate(groups):
         if first >= 0:
             by_storage.setdefault(first, []).append(OuterIdx(i))
     shared = []

@@ -21,7 +21,7 @@ from typing import Any
 import conveyor
 import torch
 from conveyor import CompiledFn, Lowering, Request, stage_api
-from conveyor.stage_api import overlaps_itself, reducible, unshared
+from conveyor.stage_api import CallSignature, overlaps_itself, reducible
 
 from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
@@ -38,7 +38,7 @@ class SyntheticBaseStage:
             return self._lower(request, options)
 
     def _lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
-        shared = shared_storages(request.inputs)
+        shared = shared_storages(request.inputs, request.program.aliasing.groups)  # the record's (declared)
         if not shared:
             return Lowering.passthrough(request)
         muts = mutations(request)
@@ -96,9 +96,9 @@ def _wrapped(compiled: CompiledFn, mapping: BaseMap, layout: OutputLayout) -> Co
     return reducible(run, _wrapped, compiled, mapping, layout)  # Note [Picklable run-time callables] in conveyor.protocol.artifacts
 
 
-def cache_key(flat: Sequence[Any]) -> Any:
+def cache_key(signature: CallSignature) -> Any:
     """The inputs that share storage: their layouts, dtypes, requires_grad,
     and which of them view one tensor (overlap follows from the layouts).
-    ``()`` at once where the core's storage scan of this call
-    (``conveyor.analysis.sharing.unshared``) says no two share one."""
-    return () if unshared(flat) else shared_storages(flat)
+    ``()`` at once where the call's signature (Note [The call signature])
+    says no two share one; otherwise grouped by its storage groups."""
+    return () if signature.unshared else shared_storages(signature.inputs, signature.groups)

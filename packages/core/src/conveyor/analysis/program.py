@@ -12,8 +12,10 @@ graph or new inputs make a new record.
 The parts, cheapest first:
 
 * :attr:`Program.aliasing`: the input aliasing signature, from the fake
-  inputs alone: which tensor inputs share a storage and which of those share
-  a byte (exact, ``conveyor.analysis.overlap``), as the compile-cache key groups them.
+  inputs alone: which tensor inputs share a storage, which of those share
+  a byte (exact, ``conveyor.analysis.overlap``) and which are the same
+  tensor, as the compile-cache key groups them (the fake inputs' own
+  :class:`~conveyor.analysis.signature.CallSignature`: Note [The call signature]).
 * :attr:`Program.writing_nodes` and :attr:`Program.outputs_computed`: from
   the graph and the op facts (``conveyor.analysis.schema``) without running anything:
   the nodes that write memory or swap a storage, and whether every tensor
@@ -51,10 +53,9 @@ import torch
 import torch.fx
 
 from conveyor.analysis.functional_analysis import Analysis, analyze
-from conveyor.analysis.overlap import Layout, overlaps
 from conveyor.analysis.program_meta import ProgramMeta
 from conveyor.analysis.schema import op_facts
-from conveyor.analysis.sharing import storage_groups
+from conveyor.analysis.signature import CallSignature, identity
 from conveyor.errors import StageError
 
 #: the parts of :class:`Program` a stage can declare it reads (``StageSpec.reads``)
@@ -73,48 +74,46 @@ class InputAliasing:
     :ivar overlapping: the pairs ``(j, i)``, ``j < i``, of inputs in one
         storage that have a byte in common (exact for static layouts; pairs
         with a symbolic layout are taken to overlap).
+    :ivar same: per input, the first position holding the same tensor (its
+        own position when none earlier does; empty: the positions' own).
     """
 
     groups: tuple[int, ...]
     overlapping: frozenset[tuple[int, int]] = frozenset()
+    same: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for j, i in self.overlapping:
             if not j < i or self.groups[i] != self.groups[j] or self.groups[i] < 0:
                 raise ValueError(f"InputAliasing: ({j}, {i}) is not a pair of inputs in one storage")
+        if not self.same:
+            object.__setattr__(self, "same", identity(len(self.groups)))
+        if len(self.same) != len(self.groups) or any(not 0 <= f <= i for i, f in enumerate(self.same)):
+            raise ValueError(f"InputAliasing: same {self.same} must name an earlier or the same position per input")
 
     @staticmethod
     def of(inputs: Sequence[Any]) -> InputAliasing:
         """The aliasing of ``inputs`` (fake or real tensors)."""
-        groups = storage_groups(inputs)
-        members: dict[int, list[int]] = {}
-        for i, g in enumerate(groups):
-            if g >= 0:
-                members.setdefault(g, []).append(i)
-        pairs = frozenset(
-            (j, i)
-            for group in members.values()
-            for n, i in enumerate(group)
-            for j in group[:n]
-            if _may_overlap(inputs[j], inputs[i])
-        )
-        return InputAliasing(groups, pairs)
+        return InputAliasing.of_signature(CallSignature.of(inputs))
+
+    @staticmethod
+    def of_signature(signature: CallSignature) -> InputAliasing:
+        """The aliasing a call's signature (Note [The call signature]) describes."""
+        return InputAliasing(signature.groups, signature.overlapping, signature.same)
 
     @property
     def shares_storage(self) -> bool:
         """Some two tensor inputs share a storage."""
         return any(g >= 0 and g != i for i, g in enumerate(self.groups))
 
+    @property
+    def has_duplicates(self) -> bool:
+        """Some tensor is passed in two positions."""
+        return any(f != i for i, f in enumerate(self.same))
+
     def overlap(self, i: int, j: int) -> bool:
         """Inputs ``i`` and ``j`` (different) have a byte in common."""
         return (min(i, j), max(i, j)) in self.overlapping
-
-
-def _may_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    try:
-        return overlaps(Layout.of(a), Layout.of(b))
-    except (TypeError, ValueError, RuntimeError):  # a symbolic size, stride or offset
-        return True
 
 
 @dataclass(frozen=True, eq=False)

@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch.fx
 
 from conveyor.analysis.program import PARTS, Program, ProgramView
+from conveyor.analysis.signature import CallSignature
 
 CompiledFn = Callable[[list[Any]], Sequence[Any]]
 StageKind = Literal["wrapper", "backend"]
@@ -157,9 +158,12 @@ class StageSpec:
         :class:`~conveyor.errors.StageError` naming the stage and the part
         (Note [Declared reads] in ``conveyor.analysis.program``).
     :ivar options: option names and their defaults; other names are errors.
-    :ivar cache_key: optional; from the flat call arguments, what this stage
-        specializes on, added to the compile-cache key (must be hashable and
-        cheap: it runs on every call).
+    :ivar cache_key: optional; what this stage specializes on, added to the
+        compile-cache key: called with the call's
+        :class:`~conveyor.analysis.signature.CallSignature` (its flat inputs
+        as ``signature.inputs``, which of them share storage, are the same
+        tensor, overlap: Note [The call signature]); must return something
+        hashable and be cheap: it runs on every call.
     :ivar enabled_by_default: a wrapper stage that is installed but off until
         enabled in config.
     :ivar description: one line for ``conveyor stages``.
@@ -182,7 +186,7 @@ class StageSpec:
     requires: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
-    cache_key: Callable[[Sequence[Any]], Hashable] | None = None
+    cache_key: Callable[[CallSignature], Hashable] | None = None
     enabled_by_default: bool = True
     description: str = ""
     default_for: tuple[str, ...] = ()

@@ -1,8 +1,9 @@
 """The compile-cache key: everything about a call that changes the program.
 
 Per tensor input: type, dtype, device, layout, sizes, strides, storage offset,
-requires_grad, leafness. Per call: grad mode, and which inputs share storage
-(a storage-group number per tensor input). Stages add what they specialize on
+requires_grad, leafness. Per call: grad mode, autocast, and which inputs share storage
+(a storage-group number per tensor input, from the call's signature:
+Note [The call signature]). Stages add what they specialize on
 through ``StageSpec.cache_key``. Non-tensor arguments are keyed by value by
 the caller (see ``conveyor.compiled``). A changed key is a recompile, never a
 reused artifact.
@@ -10,13 +11,13 @@ reused artifact.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from conveyor.analysis.sharing import storage_groups
+from conveyor.analysis.signature import CallSignature
 
 
 def tensor_key(t: torch.Tensor, shapes: bool = True) -> Hashable:
@@ -36,8 +37,9 @@ def tensor_key(t: torch.Tensor, shapes: bool = True) -> Hashable:
     return (kind, t.dtype, t.device, t.requires_grad, t.is_leaf)
 
 
-def call_key(flat: Sequence[Any], shapes: bool = True) -> Hashable:
-    """The core part of the key for one call's flat graph inputs.
+def call_key(signature: CallSignature, shapes: bool = True) -> Hashable:
+    """The core part of the key for one call's flat graph inputs (``signature``:
+    the call's, Note [The call signature]; its storage groups are the key's last part).
 
     Note [A cheap call key]: this runs on every call, once per lifted
     parameter, so it is one comprehension over the inputs with the fewest
@@ -48,6 +50,7 @@ def call_key(flat: Sequence[Any], shapes: bool = True) -> Hashable:
     in-place resize or a ``.data =`` assignment changes the key. Fakes,
     sparse layouts and non-tensors take ``tensor_key``'s general path.
     """
+    flat = signature.inputs
     if shapes:
         per_input = tuple(
             [
@@ -61,7 +64,7 @@ def call_key(flat: Sequence[Any], shapes: bool = True) -> Hashable:
         )
     else:
         per_input = tuple(tensor_key(t, shapes) if isinstance(t, torch.Tensor) else _scalar_kind(t) for t in flat)
-    return (torch.is_grad_enabled(), _autocast_key(), per_input, storage_groups(flat))
+    return (torch.is_grad_enabled(), _autocast_key(), per_input, signature.groups)
 
 
 #: tensor types keyed by the fast path of ``call_key`` (a fake is keyed as the real type it stands for)

@@ -45,7 +45,7 @@ from urllib.parse import unquote, urlparse
 import torch
 import torch.fx
 
-from conveyor.analysis import sharing
+from conveyor.analysis.signature import CallSignature
 from conveyor.frontend.functions import is_apply_function
 from conveyor.protocol.stage import Request
 from conveyor.runtime import cache
@@ -150,7 +150,7 @@ def _inputs_part(inputs: Sequence[Any]) -> tuple[Any, ...]:
             raise Unkeyable("an input is a symbolic scalar")
         else:
             per_input.append(_plain(x, "a non-tensor input"))
-    return (tuple(per_input), sharing.storage_groups(inputs))
+    return (tuple(per_input), CallSignature.of(inputs).groups)
 
 
 def _symbolic(t: torch.Tensor) -> bool:

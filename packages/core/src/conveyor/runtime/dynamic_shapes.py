@@ -35,7 +35,7 @@ from torch.fx.experimental.symbolic_shapes import (
     StatelessSymbolicContext,
 )
 
-from conveyor.analysis import sharing
+from conveyor.analysis.signature import CallSignature
 from conveyor.runtime import cache
 
 Sizes = tuple[tuple[int, ...] | None, ...]
@@ -46,9 +46,10 @@ def sizes(flat: Sequence[Any]) -> Sizes:
     return tuple(tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in flat)
 
 
-def shapeless_key(flat: Sequence[Any]) -> Hashable:
+def shapeless_key(signature: CallSignature) -> Hashable:
     """The core key of a call with sizes, strides and offsets left out (rank kept)."""
-    return (cache.call_key(flat, shapes=False), tuple(t.dim() if isinstance(t, torch.Tensor) else -1 for t in flat))
+    ranks = tuple(t.dim() if isinstance(t, torch.Tensor) else -1 for t in signature.inputs)
+    return (cache.call_key(signature, shapes=False), ranks)
 
 
 def changed_dims(first: Sizes, now: Sizes) -> frozenset[tuple[int, int]]:
@@ -66,9 +67,9 @@ def all_dims(flat: Sequence[Any]) -> frozenset[tuple[int, int]]:
     return frozenset((i, d) for i, t in enumerate(flat) if isinstance(t, torch.Tensor) for d in range(t.dim()))
 
 
-def can_be_symbolic(flat: Sequence[Any]) -> str | None:
-    """Why these inputs must compile static (``None``: they need not)."""
-    groups = sharing.storage_groups(flat)
+def can_be_symbolic(signature: CallSignature) -> str | None:
+    """Why a call's inputs must compile static (``None``: they need not)."""
+    flat, groups = signature.inputs, signature.groups
     # the same tensor in several positions (tied weights) is one fake: fine
     if any(g not in (-1, i) and flat[g] is not flat[i] for i, g in enumerate(groups)):
         return "inputs share storage"

@@ -17,7 +17,8 @@ non-tensor values, grad mode, autocast) whether one holds:
   inputs and no Python loop: storage offsets; leafness, of the inputs that
   require grad (a tensor that does not is always a leaf); which inputs share
   a storage (all distinct, or the same groups); and each stage's
-  ``cache_key``, computed from the same storage scan (``sharing.keying``).
+  ``cache_key``, all read from the call's one signature (Note [The call
+  signature]), which the caller made before asking any guard.
 
 A guard holds exactly when ``call_key`` and the stage keys would equal the
 entry's, so a guard that fails sends the call to the full key, never to a
@@ -30,24 +31,16 @@ the caller's: ``conveyor.compiled`` drops every guard when it changes.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 
-from conveyor.analysis import sharing
+from conveyor.analysis.signature import CallSignature
 
 #: torch's stubs for the C++ class lag its signature (``tensor_check_names``)
 TensorGuards: Any = _TensorGuards
-
-_offset: Any = torch.Tensor.storage_offset
-_is_leaf = operator.attrgetter("is_leaf")
-_storage = torch.Tensor.untyped_storage
-_cdata = operator.attrgetter("_cdata")
-_PLAIN = frozenset({torch.Tensor, torch.nn.Parameter, torch.nn.Buffer})
 
 
 @dataclass(frozen=True)
@@ -60,7 +53,7 @@ class EntryGuard:
     :ivar offsets: each flat input's storage offset.
     :ivar grad_positions: flat positions of the inputs that require grad.
     :ivar leaves: their leafness.
-    :ivar groups: the storage groups (``sharing.storage_groups``), ``None``
+    :ivar groups: the storage groups (``CallSignature.groups``), ``None``
         when no two inputs share a storage.
     :ivar stages: the stages' ``cache_key`` functions.
     :ivar stage_keys: their values for the call that made the guard.
@@ -68,11 +61,11 @@ class EntryGuard:
     """
 
     tensors: Any
-    offsets: tuple[int, ...]
+    offsets: tuple[Any, ...]
     grad_positions: tuple[int, ...]
     leaves: tuple[bool, ...]
     groups: tuple[int, ...] | None
-    stages: tuple[Callable[[Sequence[Any]], Hashable], ...]
+    stages: tuple[Callable[[CallSignature], Hashable], ...]
     stage_keys: tuple[Hashable, ...]
     entry: Any
 
@@ -86,15 +79,18 @@ class EntryGuard:
     def of(
         front: Sequence[Any],
         back: Sequence[Any],
-        flat: Sequence[Any],
-        stages: Sequence[Callable[[Sequence[Any]], Hashable]],
+        signature: CallSignature,
+        stages: Sequence[Callable[[CallSignature], Hashable]],
         entry: Any,
+        stage_keys: tuple[Hashable, ...] | None = None,
     ) -> EntryGuard | None:
         """The guard of ``entry`` for this call (``None`` when its inputs are
-        not all plain strided tensors). ``flat`` holds the tensors of
-        ``back`` then ``front`` (the graph's input order)."""
-        if not _PLAIN.issuperset(map(type, flat)) or any(t.layout is not torch.strided for t in flat):
+        not all plain strided tensors). ``signature`` describes the tensors
+        of ``back`` then ``front`` (the graph's input order); ``stage_keys``,
+        the stages' keys of this call where the caller has them."""
+        if not signature.plain:
             return None
+        flat = signature.inputs
         ordered = [*front, *back]
         guards = TensorGuards(
             *ordered,
@@ -103,42 +99,33 @@ class EntryGuard:
             tensor_check_names=[f"flat[{i}]" for i in range(len(ordered))],
         )
         grad_positions = tuple(i for i, t in enumerate(flat) if t.requires_grad)
-        with sharing.keying(flat):
-            groups, unshared = sharing.storage_groups(flat), sharing.unshared(flat)
-            stage_keys = tuple([s(flat) for s in stages])
+        if stage_keys is None:
+            stage_keys = tuple([s(signature) for s in stages])
         return EntryGuard(
             tensors=guards,
-            offsets=tuple(map(_offset, flat)),
+            offsets=signature.offsets,
             grad_positions=grad_positions,
-            leaves=tuple(flat[i].is_leaf for i in grad_positions),
-            groups=None if unshared else groups,
+            leaves=signature.leaves(grad_positions),
+            groups=None if signature.unshared else signature.groups,
             stages=tuple(stages),
             stage_keys=stage_keys,
             entry=entry,
         )
 
-    def check(self, front: Sequence[Any], back: Sequence[Any], flat: Sequence[Any]) -> bool:
-        """Whether this call (``flat`` = ``[*back, *front]``) has the key of
-        the call that made the guard."""
+    def check(self, front: Sequence[Any], back: Sequence[Any], signature: CallSignature) -> bool:
+        """Whether this call (``signature`` of ``[*back, *front]``) has the
+        key of the call that made the guard."""
         if not self.tensors.check(*front, *back):
             return False
-        if tuple(map(_offset, flat)) != self.offsets:
+        if signature.offsets != self.offsets:
             return False
-        if self.grad_positions and tuple(map(_is_leaf, map(flat.__getitem__, self.grad_positions))) != self.leaves:
+        if self.grad_positions and signature.leaves(self.grad_positions) != self.leaves:
             return False
-        storages = list(map(_cdata, map(_storage, flat)))
         if self.groups is None:
-            if len(set(storages)) != len(storages):
+            if not signature.unshared:
                 return False
-            groups = (sharing.identity(len(storages)), True)
-        else:
-            first: dict[int, int] = {}
-            shared = tuple([first.setdefault(s, i) for i, s in enumerate(storages)])
-            if shared != self.groups:
-                return False
-            groups = (shared, False)
-        if self.stages:
-            with sharing.keying(flat, groups):
-                if tuple([s(flat) for s in self.stages]) != self.stage_keys:
-                    return False
+        elif signature.groups != self.groups:
+            return False
+        if self.stages and tuple([s(signature) for s in self.stages]) != self.stage_keys:
+            return False
         return True
