@@ -16,7 +16,7 @@ time by the real Triton compiler for sm_90 (no GPU needed). Per model and pass
 * MB: bytes moved by the whole step (kernels and aten calls,
   ``conveyor_triton.metrics``).
 
-Launches are configured as on a GPU (``aot.gpu_launch_config``: the block
+Launches are configured as on a GPU (``aot.gpu_launch_config`` sets the stage's ``launch_for``: the block
 sizes and warps the backend would choose for CUDA tensors), not with the
 interpreter's huge blocks (``--interpreter-blocks`` keeps those).
 

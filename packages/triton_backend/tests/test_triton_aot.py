@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import conveyor
+import conveyor_triton
 import pytest
 import torch
 import torch.nn.functional as F
@@ -68,9 +69,20 @@ def add_one(x, n, one, m, XBLOCK: tl.constexpr):
 '''
 
 
-def test_gpu_launch_config_redirects_the_backends_choice():
-    with aot.gpu_launch_config() as redirected:
-        assert redirected and all(name.startswith("conveyor_triton.") for name in redirected)
+def test_gpu_launch_config_chooses_launches_for_a_gpu(triton_only):
+    fn = lambda x: torch.softmax(x, -1) + x.sum()  # noqa: E731
+    x = torch.randn(64, 300)
+    with aot.gpu_launch_config():
+        on_gpu = triton_only()(fn)
+        torch.testing.assert_close(on_gpu(x), fn(x))
+    (prog,) = conveyor_triton.programs(on_gpu)
+    tiles = [step.kernel.launch.xblock * (step.kernel.launch.rblock or 1) for step in prog.kernels]
+    assert max(tiles) <= 4096  # Note [Launch configuration]: a GPU's tile
+    assert any(step.kernel.launch.persistent and step.kernel.launch.rblock == 512 for step in prog.kernels)
+    here = triton_only()(fn)
+    here(torch.randn(65, 300))  # another shape: not served from the disk cache (its key has no launch device)
+    (prog,) = conveyor_triton.programs(here)
+    assert max(step.kernel.launch.xblock * (step.kernel.launch.rblock or 1) for step in prog.kernels) > 4096
 
 
 def test_launch_is_tritons_own_specialization():

@@ -259,57 +259,29 @@ class Recorder:
         return sum(self.counts.values())
 
 
-#: the backend's launch-configuration functions, by name; each takes the device first
-_LAUNCH_CONFIG = ("block_sizes", "choose")
-
-
 @contextlib.contextmanager
-def gpu_launch_config() -> Iterator[list[str]]:
+def gpu_launch_config() -> Iterator[None]:
     """Launch as on a GPU while running in the interpreter.
 
     Note [GPU launch configuration on CPU]: the backend picks block sizes
     (and warps, persistent reductions) by the device: in the interpreter,
     where a program costs the same whatever its size, blocks are huge (a
     32768-element tile on 4 warps), which no GPU launch would use and which
-    spills and compiles for minutes. Inside this block every launch
-    configuration function of the backend (``block_sizes``, ``choose``, in
-    each ``conveyor_triton`` module that defines or imports one) is called
-    with a CUDA device, so the kernels recorded are those a GPU would compile;
-    they still run in the interpreter, with the same values. Yields the
-    functions it redirected; raises ``RuntimeError`` when it finds none (the
-    backend's launch code moved: update :data:`_LAUNCH_CONFIG`)."""
-    import importlib
-
-    import torch
-
-    for name in ("launch", "program", "lower", "codegen"):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(f"conveyor_triton.{name}")
-    cuda = torch.device("cuda")
-    patched: list[tuple[Any, str, Any]] = []
-    for mod_name, module in sorted(sys.modules.items()):
-        if not mod_name.startswith("conveyor_triton.") or module is None:
-            continue
-        for attr in _LAUNCH_CONFIG:
-            fn = getattr(module, attr, None)
-            if not callable(fn) or getattr(fn, "__module__", "").split(".")[0] != "conveyor_triton":
-                continue
-            params = list(inspect.signature(fn).parameters)
-            if not params or params[0] != "device":
-                continue
-
-            def on_gpu(device: Any, *args: Any, __fn: Any = fn, **kwargs: Any) -> Any:
-                return __fn(cuda, *args, **kwargs)
-
-            patched.append((module, attr, fn))
-            setattr(module, attr, on_gpu)
-    if not patched:
-        raise RuntimeError(f"no launch configuration function ({', '.join(_LAUNCH_CONFIG)}) found in conveyor_triton")
+    spills and compiles for minutes. Inside this block
+    ``$CONVEYOR_TRITON_LAUNCH_FOR`` is ``cuda`` (the default of the stage's
+    ``launch_for`` option, Note [Launch configuration] in
+    ``conveyor_triton.launch``), so programs compiled here record the kernels
+    and launches a GPU would use; they still run in the interpreter, with the
+    same values."""
+    before = os.environ.get("CONVEYOR_TRITON_LAUNCH_FOR")
+    os.environ["CONVEYOR_TRITON_LAUNCH_FOR"] = "cuda"
     try:
-        yield sorted({f"{m.__name__}.{a}" for m, a, _ in patched})
+        yield
     finally:
-        for module, attr, fn in reversed(patched):
-            setattr(module, attr, fn)
+        if before is None:
+            del os.environ["CONVEYOR_TRITON_LAUNCH_FOR"]
+        else:
+            os.environ["CONVEYOR_TRITON_LAUNCH_FOR"] = before
 
 
 def save(launches: Iterable[Launch], path: str | os.PathLike[str]) -> None:

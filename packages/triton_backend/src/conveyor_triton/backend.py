@@ -26,8 +26,8 @@ OPTIONS: dict[str, Any] = {
     # sizes and strides as constants of the kernels (Note [Static layouts] in conveyor_triton.codegen);
     # the per-size programs of a symbolic graph always share generic kernels
     "static_layouts": True,
-    # the device type static kernels' launches are chosen for (Note [Launch configuration]); None: the
-    # tensors' own. "cuda" on CPU runs the kernels a GPU would run in the interpreter (tests, PTX reports)
+    # the device type launches are chosen for (Note [Launch configuration]); None: $CONVEYOR_TRITON_LAUNCH_FOR,
+    # else the tensors' own. "cuda" on CPU runs the kernels a GPU would run in the interpreter (tests, PTX reports)
     "launch_for": None,
 }
 

@@ -20,10 +20,17 @@ shapes:
 A static kernel's launch is fixed when the program is compiled (Note [Static
 layouts] in ``conveyor_triton.codegen``); a generic one's block sizes are
 chosen per launch by :func:`block_sizes`, never persistent.
+
+The device type launches are chosen for is the tensors' own, unless the
+stage option ``launch_for`` (default: ``$CONVEYOR_TRITON_LAUNCH_FOR``) names
+another: ``cuda`` on CPU runs, in the interpreter, the kernels and launches a
+GPU would run (the ahead-of-time compile check and ``benchmarks/triton_ptx.py``
+read their PTX; tests check their values).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +43,13 @@ TILE = 4096
 LOOP_RBLOCK = 1024
 #: the interpreter's limits: elements per pointwise program, per row tile, per row-group program
 _INTERPRETED = (1 << 15, 2048, 1 << 15)
+
+
+def launch_device(option: str | None, device: torch.device) -> torch.device:
+    """The device launches are chosen for: the ``launch_for`` option, else
+    ``$CONVEYOR_TRITON_LAUNCH_FOR``, else ``device``."""
+    chosen = option or os.environ.get("CONVEYOR_TRITON_LAUNCH_FOR")
+    return torch.device(chosen) if chosen else device
 
 
 def next_pow2(n: int) -> int:

@@ -16,7 +16,7 @@ from conveyor_triton.codegen import KernelSource, StoreStrides, generate
 from conveyor_triton.domain import contiguous_strides
 from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.fusion import Fuser, Group
-from conveyor_triton.launch import choose
+from conveyor_triton.launch import choose, launch_device
 from conveyor_triton.ops import RULES
 from conveyor_triton.program import AtenStep, KernelStep, Program, Variant, needs_index64
 from conveyor_triton.report import Fallback, KernelEntry, Report
@@ -78,8 +78,7 @@ def _static_kernel(
     indexing when a tensor it addresses, or its index space, needs it; its
     launch chosen for the device type ``launch_for`` (None: its tensors')."""
     xnumel = group.rows if group.reduce is not None else group.numel
-    device = torch.device(launch_for) if launch_for else stored[0].meta["val"].device
-    launch = choose(device, xnumel, group.reduce)  # type: ignore[arg-type]
+    launch = choose(launch_device(launch_for, stored[0].meta["val"].device), xnumel, group.reduce)  # type: ignore[arg-type]
     kernel = generate(group, stored, name, False, launch, store_strides)
     layouts = [a.layout for a in (*kernel.loads, *kernel.stores) if a.layout is not None]
     if needs_index64(group.numel, layouts):
@@ -171,6 +170,7 @@ def lower(
                 bool(options.get("poison")),
                 bool(options.get("log")),
                 members=tuple(group.members),
+                launch_for=options.get("launch_for"),
             )
         )
         kind = "reduction" if group.reduce is not None else "pointwise"

@@ -26,7 +26,7 @@ from conveyor_triton import kernel_cache, metrics
 from conveyor_triton.classify import is_view
 from conveyor_triton.codegen import KernelSource
 from conveyor_triton.dtypes import rounds_explicitly
-from conveyor_triton.launch import Launch, block_sizes
+from conveyor_triton.launch import Launch, block_sizes, launch_device
 from conveyor_triton.report import Report
 
 INT32_LIMIT = 2**31 - 1
@@ -61,6 +61,8 @@ class KernelStep:
     _warned: bool = False
     #: the static kernel's launch bound to its compiled kernel (Note [Bound launches]); None until then
     _bound: Any = None
+    #: the stage's ``launch_for`` option: the device type generic launches are chosen for (None: the tensors')
+    launch_for: str | None = None
     #: where the outputs go when the kernel loads nothing (read off the graph at compile time)
     device: torch.device | None = None
 
@@ -159,7 +161,8 @@ class KernelStep:
             variant: Variant = (
                 "generic64" if needs_index64(total, [(t.shape, t.stride()) for t in [*tensors, *outs]]) else "generic"
             )
-            blocks: dict[str, Any] = dict(block_sizes(cast(torch.device, device), k.xnumel, k.rnumel))  # device: a load's or a store's
+            for_device = launch_device(self.launch_for, cast(torch.device, device))  # device: a load's or a store's
+            blocks: dict[str, Any] = dict(block_sizes(for_device, k.xnumel, k.rnumel))
             if rounds_explicitly(k.source):  # Note [Explicit roundings and FMA]
                 blocks["enable_fp_fusion"] = False
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
