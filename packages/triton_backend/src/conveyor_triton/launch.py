@@ -13,6 +13,13 @@ shapes:
   computed once, no loops), with as many rows per program as fit a tile of
   ``TILE`` elements; a longer row loops over ``LOOP_RBLOCK``-element chunks,
   one row per program;
+* a row group that reduces over leading dimensions (Note [Permuted groups]
+  in ``conveyor_triton.fusion``: a bias gradient sums a column of every
+  row) is an *outer* reduction: its rows are the contiguous dimension, so a
+  program takes at least 64 rows (coalesced loads along them) and the
+  reduced elements in chunks that fill the tile, as Inductor's outer
+  reduction configurations do; one row per program would read a column with
+  a stride of the row length;
 * a row group runs ``tile / 128`` warps (2 to 8), so a tile of 4096 elements
   keeps 16 of each live value per thread (ViT's fused softmax on a 4096
   tile and 4 warps used 255 registers and spilled).
@@ -94,8 +101,9 @@ def block_sizes(device: torch.device, xnumel: int, rnumel: int | None) -> dict[s
     return {"XBLOCK": max(1, min(next_pow2(max(xnumel, 1)), tile // rblock)), "RBLOCK": rblock}
 
 
-def choose(device: torch.device, xnumel: int, rnumel: int | None) -> Launch:
-    """A static kernel's launch (Note [Launch configuration])."""
+def choose(device: torch.device, xnumel: int, rnumel: int | None, outer: bool = False) -> Launch:
+    """A static kernel's launch (Note [Launch configuration]); ``outer``: a
+    row group reducing over leading dimensions."""
     interpreted = device.type != "cuda"
     rows = next_pow2(max(xnumel, 1))
     if rnumel is None:
@@ -103,6 +111,11 @@ def choose(device: torch.device, xnumel: int, rnumel: int | None) -> Launch:
         return Launch(xblock, None, max(1, min(xblock // 256, 4)), _cdiv(xnumel, xblock), False)
     whole = next_pow2(max(rnumel, 1))
     persistent_limit, tile = (_INTERPRETED[1], _INTERPRETED[2]) if interpreted else (PERSISTENT_RBLOCK, TILE)
+    if outer and not interpreted:
+        xblock = min(rows, max(64, tile // whole))
+        rblock = min(whole, max(1, tile // xblock))
+        warps = max(2, min(xblock * rblock // 128, 8))
+        return Launch(xblock, rblock, next_pow2(warps), _cdiv(xnumel, xblock), rblock >= whole)
     if whole <= persistent_limit:
         rblock, xblock, persistent = whole, max(1, min(rows, tile // whole)), True
     else:

@@ -78,7 +78,8 @@ def _static_kernel(
     indexing when a tensor it addresses, or its index space, needs it; its
     launch chosen for the device type ``launch_for`` (None: its tensors')."""
     xnumel = group.rows if group.reduce is not None else group.numel
-    launch = choose(launch_device(launch_for, stored[0].meta["val"].device), xnumel, group.reduce)  # type: ignore[arg-type]
+    device = launch_device(launch_for, stored[0].meta["val"].device)
+    launch = choose(device, xnumel, group.reduce, outer=group.perm is not None)  # type: ignore[arg-type]
     kernel = generate(group, stored, name, False, launch, store_strides)
     layouts = [a.layout for a in (*kernel.loads, *kernel.stores) if a.layout is not None]
     if needs_index64(group.numel, layouts):
