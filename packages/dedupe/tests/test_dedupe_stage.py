@@ -118,7 +118,7 @@ def test_same_object_and_equal_view_are_different_cache_entries(dedupe_only: Cal
     assert torch.equal(view, torch.full((3,), 2.0))
     fresh = compiled(torch.zeros(3), torch.zeros(3))
     assert torch.equal(fresh, torch.zeros(3))
-    assert len(compiled._cache) == 3
+    assert len(compiled.entries) == 3
 
 
 def test_grad_mode_of_each_op_survives_the_retrace(dedupe_only: Callable[[Any], Any]) -> None:

@@ -26,7 +26,7 @@ def test_overlap_pattern_is_part_of_the_cache_key(stages_only: Any) -> None:
     assert torch.equal(compiled(x[0:3], x[2:5]), torch.tensor([2.0, 0, 0]))  # b[0] sees the write
     x = torch.zeros(6)
     assert torch.equal(compiled(x[0:3], x[3:6]), torch.zeros(3))
-    assert len(compiled._cache) == 2
+    assert len(compiled.entries) == 2
 
 
 def test_inputs_that_share_storage_without_a_common_tensor(stages_only: Any) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -55,6 +55,7 @@ from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.plugins import Plugins
 from conveyor.protocol.stage import CompiledFn
 from conveyor.runtime import cache, dynamic_shapes, recompiles
+from conveyor.runtime.entries import EntryCache
 from conveyor.runtime.entry_guard import EntryGuard
 from conveyor.runtime.recompiles import CallKey
 from conveyor.runtime.subclass_joint import compile_program
@@ -78,6 +79,51 @@ class Entry:
     run: Callable[..., Any] | None = None
 
 
+@dataclass(frozen=True)
+class Call:
+    """One call that missed every entry guard: what its lookup and, on a
+    miss, its compile need, described once and handed down.
+
+    :ivar signature: the call's signature (its flat inputs: lifted state,
+        then the call's tensors; Note [The call signature]).
+    :ivar structure: the argument structure part of the key (a count of
+        positional tensors, a pytree spec, with argument objects' structure).
+    :ivar values: the non-tensor arguments by leaf position, hashable.
+    :ivar in_spec: the pytree spec of ``(args, kwargs)``.
+    :ivar leaves: the call's pytree leaves.
+    :ivar constants: the non-tensor leaves, as passed.
+    :ivar objects: the tensors inside argument objects (Note [Python objects in and out]).
+    """
+
+    signature: CallSignature
+    structure: Hashable
+    values: tuple[tuple[int, Any], ...]
+    in_spec: pytree.TreeSpec
+    leaves: Sequence[Any]
+    constants: tuple[tuple[int, Any], ...]
+    objects: ObjectArgs | None
+
+    @property
+    def flat(self) -> Sequence[Any]:
+        return self.signature.inputs
+
+
+@dataclass
+class SizesSeen:
+    """Note [Automatic dynamic shapes]: what one key without sizes has seen.
+
+    :ivar first: the sizes of the first call compiled.
+    :ivar entries: the symbolic entries (and eager fallbacks) that serve any size.
+    :ivar dims: the ``(input, dim)`` pairs made symbolic so far.
+    :ivar static_only: a stage refused symbolic sizes: compile static from now on.
+    """
+
+    first: dynamic_shapes.Sizes | None = None
+    entries: list[Entry] = field(default_factory=list)
+    dims: frozenset[tuple[int, int]] = frozenset()
+    static_only: bool = False
+
+
 class Compiled:
     """A compiled function or module. Call it as you would the original."""
 
@@ -88,22 +134,19 @@ class Compiled:
         self.pipeline = Pipeline(config, plugins)  # fails loudly here, at build time
         refuse_distributed_wrapper(fn)  # Note [Distributed wrappers]
         self._state = ModuleState(self.module) if self.module is not None else None
-        self._cache: dict[Hashable, Entry] = {}
         self.last: Entry | None = None
         #: captures so far (each a trace and a pipeline compile)
         self.compiles = 0
+        self._stage_names = [s.name for s in self.pipeline.stages if s.cache_key is not None]
+        self._keyed = tuple(s.cache_key for s in self.pipeline.stages if s.cache_key is not None)
+        #: Note [One entry cache]: the entries by full key (symbolic ones: the latest sizes they served)
+        self.entries: EntryCache[CallKey, Entry] = EntryCache(self._name(), recent_limit=_SIZED)
         # Note [Automatic dynamic shapes]: by the key without sizes
-        self._symbolic: dict[Hashable, list[Entry]] = {}
-        self._first_sizes: dict[Hashable, dynamic_shapes.Sizes] = {}
-        self._dims: dict[Hashable, frozenset[tuple[int, int]]] = {}
-        self._static_only: set[Hashable] = set()
-        self._sized: dict[Hashable, Entry] = {}  # full key -> symbolic entry whose guards held
+        self._sizes: dict[CallKey, SizesSeen] = {}
         # Note [A guard per entry]: by the call's structure, non-tensor values, grad mode and autocast
         self._guards: dict[Hashable, list[EntryGuard]] = {}
         self._epoch: tuple[int, int] = (-1, -1)  # the module state's version and the hook counter they hold for
-        self._keyed = tuple(s.cache_key for s in self.pipeline.stages if s.cache_key is not None)
         self._split: Callable[..., Any] | None = None  # Note [Programs only dynamo can split]
-        self._hits_logged: set[Hashable] = set()  # Note [Recompile reasons]
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
@@ -156,7 +199,9 @@ class Compiled:
         if entry is None:
             if in_spec is None:
                 in_spec = _positional_spec(len(args))
-            key, entry = self._lookup(signature, spec_key, values, in_spec, leaves, constants, objects)
+            call = Call(signature, spec_key, values, in_spec, leaves, constants, objects)
+            key = self._key(signature, spec_key, values)
+            entry = self._lookup(key, call)
             made = EntryGuard.of(tensors, state, signature, self._keyed, entry, key.stages)
             if made is not None:
                 guards = self._guards.setdefault(coarse, [])
@@ -168,32 +213,13 @@ class Compiled:
         outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
         return entry.layout.unflatten_outputs(outs, objects.containers if objects is not None else ())
 
-    def _lookup(
-        self,
-        signature: CallSignature,
-        spec_key: Hashable,
-        values: tuple[tuple[int, Any], ...],
-        in_spec: pytree.TreeSpec,
-        leaves: Sequence[Any],
-        constants: tuple[tuple[int, Any], ...],
-        objects: ObjectArgs | None,
-    ) -> tuple[CallKey, Entry]:
-        """This call's full key (``values``: the non-tensor arguments,
-        hashable) and its entry: cached, or compiled now."""
-        key = self._key(signature, spec_key, values)
-        entry = self._cache.get(key) or self._sized.get(key)
-        if entry is not None and recompiles.enabled() and key not in self._hits_logged:
-            self._hits_logged.add(key)  # Note [Recompile reasons]: an entry's first reuse by its key
-            recompiles.hit(self._name(), key)
+    def _lookup(self, key: CallKey, call: Call) -> Entry:
+        """The entry of this call's full key: cached, or compiled now."""
+        entry = self.entries.get(key)
         if entry is None:
-            entry = self._miss(key, signature, in_spec, leaves, constants, objects)
-            if entry.guards is None:
-                self._cache[key] = entry
-            else:  # a symbolic entry: remember the latest sizes it served, a bounded number
-                self._sized[key] = entry
-                if len(self._sized) > _SIZED:
-                    del self._sized[next(iter(self._sized))]
-        return key, entry
+            entry = self._miss(key, call)
+            self.entries.put(key, entry, recent=entry.guards is not None)  # a symbolic entry: these sizes
+        return entry
 
     def _key(self, signature: CallSignature, spec_key: Hashable, values: tuple[tuple[int, Any], ...]) -> CallKey:
         flat = signature.inputs
@@ -206,95 +232,75 @@ class Compiled:
         structure, hooks = state.structure, state.hooks
         return CallKey(spec_key, values, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
 
-    def _input_names(self, flat: Sequence[Any], in_spec: Any, leaves: Sequence[Any]) -> tuple[list[str], list[str]]:
+    def _input_names(self, call: Call) -> tuple[list[str], list[str]]:
         """Names of the flat inputs and of the call's leaves, for the log."""
-        args, kwargs = pytree.tree_unflatten(list(leaves), in_spec)
+        args, kwargs = pytree.tree_unflatten(list(call.leaves), call.in_spec)
         leaf_names = recompiles.leaf_names(self.module.forward if self.module is not None else self.fn, args, kwargs)
         state_names = lifted_state(self.module)[0] if self.module is not None else []
-        tensor_leaves = [i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)]
-        return recompiles.flat_names(state_names, leaf_names, tensor_leaves, len(flat)), leaf_names
+        tensor_leaves = [i for i, v in enumerate(call.leaves) if isinstance(v, torch.Tensor)]
+        return recompiles.flat_names(state_names, leaf_names, tensor_leaves, len(call.flat)), leaf_names
 
-    def _log_miss(self, key: CallKey, flat: Sequence[Any], in_spec: Any, leaves: Sequence[Any], how: str) -> None:
+    def _log_miss(self, key: CallKey, call: Call, how: str) -> None:
         """Note [Recompile reasons]: a first compile, or what differs from
-        the closest key compiled before."""
-        names, leaf_names = self._input_names(flat, in_spec, leaves)
-        held = [k for k in (*self._cache, *self._sized) if isinstance(k, CallKey)]
-        stages = [s.name for s in self.pipeline.stages if s.cache_key is not None]
-        recompiles.miss(
-            self._name(), key, held, lambda old, new: recompiles.call_changes(old, new, names, leaf_names, stages), how
-        )
+        the closest key compiled before (its inputs named as this call's)."""
+        names, leaf_names = self._input_names(call)
+        stages = self._stage_names
+        self.entries.miss(key, how, lambda old, new: recompiles.call_changes(old, new, names, leaf_names, stages))
 
     # -- a cache miss -------------------------------------------------------
-    def _miss(
-        self,
-        key: CallKey,
-        signature: CallSignature,
-        in_spec: Any,
-        leaves: Sequence[Any],
-        constants: tuple[tuple[int, Any], ...],
-        objects: ObjectArgs | None,
-    ) -> Entry:
+    def _miss(self, key: CallKey, call: Call) -> Entry:
         """A symbolic entry whose guards hold, or a new compile: symbolic when
         this call differs from an earlier one only in sizes (Note [Automatic
         dynamic shapes])."""
-        state_names = lifted_state(self.module)[0] if self.module is not None else []
         dynamic = self.config.dynamic
         logging = recompiles.enabled()
-        flat = signature.inputs
+        flat = call.flat
         if dynamic is False:
             if logging:
-                self._log_miss(key, flat, in_spec, leaves, "static sizes (dynamic=False)")
-            return self._compile(flat, state_names, in_spec, leaves, constants, objects)
-        skey = key._replace(core=dynamic_shapes.shapeless_key(signature))  # the key without sizes
-        symbolic = self._symbolic.get(skey, ())
-        for entry in symbolic:
+                self._log_miss(key, call, "static sizes (dynamic=False)")
+            return self._compile(call)
+        sizes = self._sizes.setdefault(key._replace(core=dynamic_shapes.shapeless_key(call.signature)), SizesSeen())
+        for entry in sizes.entries:
             if entry.guards is None or entry.guards.check([*flat, *entry.closure]):
                 if logging:
-                    self._hits_logged.add(key)
-                    recompiles.hit(self._name(), key, "an entry with symbolic sizes whose size guards hold")
+                    self.entries.hit(key, "an entry with symbolic sizes whose size guards hold")
                 return entry
-        first = self._first_sizes.get(skey)
         dims: frozenset[tuple[int, int]] = frozenset()
-        if skey not in self._static_only and dynamic_shapes.can_be_symbolic(signature) is None:
+        if not sizes.static_only and dynamic_shapes.can_be_symbolic(call.signature) is None:
             if dynamic:
                 dims = dynamic_shapes.all_dims(flat)
-            elif first is not None:
-                dims = self._dims.get(skey, frozenset()) | dynamic_shapes.changed_dims(first, dynamic_shapes.sizes(flat))
+            elif sizes.first is not None:
+                dims = sizes.dims | dynamic_shapes.changed_dims(sizes.first, dynamic_shapes.sizes(flat))
         if logging:
-            failed = [e.guards.source for e in symbolic if e.guards is not None]
-            names = self._input_names(flat, in_spec, leaves)[0]
+            failed = [e.guards.source for e in sizes.entries if e.guards is not None]
+            names = self._input_names(call)[0]
             how = f"symbolic sizes in {', '.join(f'{names[i]} dim {d}' for i, d in sorted(dims))}" if dims else "static sizes"
             if failed:
                 how += f"; the size guards of {len(failed)} symbolic entr{'y' if len(failed) == 1 else 'ies'} fail: "
                 how += " | ".join(recompiles.clip(f, 160) for f in failed)
-            self._log_miss(key, flat, in_spec, leaves, how)
+            self._log_miss(key, call, how)
         if not dims:
-            entry = self._compile(flat, state_names, in_spec, leaves, constants, objects)
-            self._first_sizes.setdefault(skey, dynamic_shapes.sizes(flat))
+            entry = self._compile(call)
+            if sizes.first is None:
+                sizes.first = dynamic_shapes.sizes(flat)
             if entry.eager:  # the same for every size: capture once
-                self._symbolic.setdefault(skey, []).append(entry)
+                sizes.entries.append(entry)
             return entry
-        entry = self._compile(flat, state_names, in_spec, leaves, constants, objects, dims)
+        entry = self._compile(call, dims)
         if entry.guards is not None or entry.eager:
-            self._dims[skey] = dims
-            self._symbolic.setdefault(skey, []).append(entry)
+            sizes.dims = dims
+            sizes.entries.append(entry)
         else:  # a stage refused symbolic sizes (warned): try no more for this key
-            self._static_only.add(skey)
+            sizes.static_only = True
         return entry
 
-    def _compile(
-        self,
-        flat: Sequence[Any],
-        state_names: Sequence[str],
-        in_spec: Any,
-        leaves: Sequence[Any],
-        constants: tuple[tuple[int, Any], ...],
-        objects: ObjectArgs | None = None,
-        dims: frozenset[tuple[int, int]] = frozenset(),
-    ) -> Entry:
+    def _compile(self, call: Call, dims: frozenset[tuple[int, int]] = frozenset()) -> Entry:
+        """Compile ``call``, with ``dims`` symbolic; static where a stage
+        declares it refuses symbolic sizes or the capture fails under them
+        (Note [Refusing symbolic sizes]): any other failure propagates."""
         if dims:
             try:
-                return self._compile_once(flat, state_names, in_spec, leaves, constants, objects, dims)
+                return self._compile_once(call, dims)
             except (CaptureError, StageError) as exc:
                 if isinstance(exc, StageError) and not refuses_symbols(exc):
                     raise  # a stage that failed for another reason: loud, never hidden behind a static compile
@@ -303,27 +309,20 @@ class Compiled:
                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                     stacklevel=4,
                 )
-        return self._compile_once(flat, state_names, in_spec, leaves, constants, objects, dims=frozenset())
+        return self._compile_once(call, dims=frozenset())
 
     def _name(self) -> str:
         return getattr(self.fn, "__qualname__", type(self.fn).__qualname__)
 
-    def _compile_once(
-        self,
-        flat: Sequence[Any],
-        state_names: Sequence[str],
-        in_spec: Any,
-        leaves: Sequence[Any],
-        constants: tuple[tuple[int, Any], ...],
-        objects: ObjectArgs | None,
-        dims: frozenset[tuple[int, int]],
-    ) -> Entry:
+    def _compile_once(self, call: Call, dims: frozenset[tuple[int, int]]) -> Entry:
         self.compiles += 1
+        flat = call.flat
+        state_names = lifted_state(self.module)[0] if self.module is not None else []
         pipeline = self._pipeline_for(flat)
         layout = CallLayout(
-            in_spec=in_spec,
-            tensor_positions=tuple(i for i, v in enumerate(leaves) if isinstance(v, torch.Tensor)),
-            constants=constants,
+            in_spec=call.in_spec,
+            tensor_positions=tuple(i for i, v in enumerate(call.leaves) if isinstance(v, torch.Tensor)),
+            constants=call.constants,
             n_lifted=len(state_names),
         )
         if dims:
@@ -334,7 +333,7 @@ class Compiled:
         started = timings.stopwatch()  # Note [Compile timings]
         try:
             with watching_capture():
-                graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, objects)
+                graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, call.objects)
         except (DynamoSplits, DataDependentError) as exc:  # Note [Programs only dynamo can split]
             warnings.warn(
                 f"conveyor: compiling {self._name()} through dynamo, which splits it where one graph cannot hold "
@@ -364,7 +363,7 @@ class Compiled:
         return self.pipeline.for_devices(frozenset(t.device.type for t in flat if isinstance(t, torch.Tensor)))
 
 
-#: full keys remembered for symbolic entries (each a per-call guard check saved)
+#: full keys remembered for symbolic entries (each a per-call size-guard check saved)
 _SIZED = 256
 #: entry guards kept per coarse key, the latest first (more take the full key)
 _GUARDS = 8

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,6 +39,7 @@ from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.stage import CompiledFn
 from conveyor.runtime import cache, dynamo_graphs, recompiles
+from conveyor.runtime.entries import EntryCache
 from conveyor.runtime.subclass_joint import compile_program
 
 
@@ -48,8 +50,27 @@ def last_dynamo_graphs() -> tuple[StageGraph, ...]:
     return dynamo_graphs.last_run()
 
 
+@dataclass(frozen=True)
+class DynamoEntry:
+    """One compile of a dynamo graph.
+
+    :ivar compiled: the compiled graph (``None``: the graph runs as dynamo
+        made it, warned: Note [Functions behind dynamo] and the like).
+    :ivar graphs: the stage graphs (``conveyor.last_graphs``).
+    """
+
+    compiled: CompiledFn | None
+    graphs: tuple[StageGraph, ...] = ()
+
+
 class DynamoCompiled:
-    """What dynamo calls in place of its graph."""
+    """What dynamo calls in place of its graph.
+
+    Note [One entry cache]: the graph compiled at dynamo's lowering serves
+    every call whose unguarded key (Note [What dynamo's guards decide])
+    equals the lowering's; any other call is keyed in full and served from,
+    or compiled statically into, :attr:`entries`.
+    """
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], pipeline: Pipeline) -> None:
         self.gm = gm
@@ -63,14 +84,19 @@ class DynamoCompiled:
         self._grad_positions = tuple(
             i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.requires_grad
         )
-        # other grad modes / aliasing patterns / scalar values: compiled statically, keyed by shapes too
-        self._static: dict[Hashable, tuple[CompiledFn, tuple[StageGraph, ...]] | None] = {}
-        self._lowered_key: Hashable = None
         # Note [Recompile reasons]: the graph's name in the log, and its inputs' names
         compile_id = self.compile_id = torch._guards.CompileContext.current_compile_id()
         self.name = f"dynamo graph {compile_id}" if compile_id is not None else "a dynamo graph"
-        self._hits_logged: set[Hashable] = set()
         self._names = _input_names(gm, len(example_inputs))  # dynamo drops its sources after lowering
+        stages = [s.name for s in pipeline.stages if s.cache_key is not None]
+        names = self._names
+        #: other grad modes / aliasing patterns / scalar values: compiled statically, keyed by shapes too
+        self.entries: EntryCache[recompiles.DynamoKey, DynamoEntry] = EntryCache(
+            self.name, lambda o, n: _changes(o, n, names, stages)
+        )
+        self._stage_names = stages
+        self._lowered_key: recompiles.DynamoKey | None = None
+        self._lowered = DynamoEntry(None)
         if any(isinstance(example_inputs[i], FakeTensor) for i in self._items):
             return  # no values to specialize on yet: the first call compiles
         if any(subclasses.is_subclass(x) for x in example_inputs) and _symbolic(example_inputs):
@@ -80,7 +106,7 @@ class DynamoCompiled:
         # the specialization dynamo compiled for: any sizes dynamo's guards allow
         self._lowered_key = self._key(CallSignature.of(example_inputs), shapes=False)
         if recompiles.enabled():
-            recompiles.miss(self.name, self._lowered_key, [], lambda o, n: [], "at dynamo's lowering, for any sizes its guards allow")
+            self.entries.miss(self._lowered_key, "at dynamo's lowering, for any sizes its guards allow", against=[])
         self._lowered = self._compile(fakes, fake_mode, self._item_values(example_inputs))
 
     def _item_values(self, flat: Sequence[Any]) -> dict[int, Any]:
@@ -100,23 +126,19 @@ class DynamoCompiled:
         """Note [Recompile reasons]: what differs from the specialization
         compiled at lowering time (by what dynamo's guards leave out), else
         from the closest static entry."""
-        names = self._names
-        stages = [s.name for s in self.pipeline.stages if s.cache_key is not None]
+        names, stages = self._names, self._stage_names
         how = "static sizes, for this call's specialization"
         if self._lowered_key is not None:
             unguarded = self._key(signature, shapes=False)
             positions = self._grad_positions
-            recompiles.miss(
-                self.name, unguarded, [self._lowered_key], lambda o, n: _changes(o, n, names, stages, positions), how
+            self.entries.miss(
+                unguarded, how, lambda o, n: _changes(o, n, names, stages, positions), against=[self._lowered_key]
             )
             return
-        held = [k for k in self._static if isinstance(k, recompiles.DynamoKey)]
-        recompiles.miss(self.name, key, held, lambda o, n: _changes(o, n, names, stages), how)
+        self.entries.miss(key, how)
 
-    def _compile(
-        self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]
-    ) -> tuple[CompiledFn, tuple[StageGraph, ...]] | None:
-        """The compiled graph, or ``None`` where it must run eagerly (warned)."""
+    def _compile(self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]) -> DynamoEntry:
+        """The compiled graph (``compiled`` ``None`` where it must run eagerly, warned)."""
         gm = _with_constant_items(self._traced, items)
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
@@ -137,18 +159,18 @@ class DynamoCompiled:
             # a graph dynamo made can still need a value its trace cannot know (``narrow``
             # given a tensor start reads it inside the op): dynamo split what it could
             warn_eager("a dynamo graph", str(exc).splitlines()[0])
-            return None
+            return DynamoEntry(None)
         captured = timings.Captured(started, timings.stopwatch() - started)
         lifted = [*fakes, *(fake_mode.from_tensor(t, static_shapes=True) for t in closure)]
         with timings.compiling(self.name, self.pipeline.config, captured):
             compiled, graphs = compile_program(self.pipeline, graph, lifted, fake_mode)  # Note [Tensor subclasses]
         if not closure:
-            return compiled, graphs
+            return DynamoEntry(compiled, graphs)
 
         def run(args: list[Any]) -> Sequence[Any]:
             return compiled([*args, *closure])
 
-        return run, graphs
+        return DynamoEntry(run, graphs)
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         signature = CallSignature.of(args)  # Note [The call signature]: one storage scan per call
@@ -156,23 +178,20 @@ class DynamoCompiled:
             entry = self._lowered
         else:
             key = self._key(signature, shapes=True)
-            if key in self._static:
-                entry = self._static[key]
-                if recompiles.enabled() and key not in self._hits_logged:
-                    self._hits_logged.add(key)  # an entry's first reuse (Note [Recompile reasons])
-                    recompiles.hit(self.name, key, "static entry")
-            else:
+            found = self.entries.get(key, "static entry")
+            if found is None:
                 if recompiles.enabled():
                     self._log_miss(signature, key)
                 fake_mode = FakeTensorMode()
                 fakes = [_fakeify(x, fake_mode, static=True) for x in args]
                 with structured_trace.compile_id(self.compile_id):  # Note [Structured trace]: beside dynamo's
-                    entry = self._static[key] = self._compile(fakes, fake_mode, self._item_values(args))
-        if entry is None:
-            self.piece.last = (dynamo_graphs.ticks(), ())
+                    found = self._compile(fakes, fake_mode, self._item_values(args))
+                self.entries.put(key, found)
+            entry = found
+        self.piece.last = (dynamo_graphs.ticks(), entry.graphs)
+        if entry.compiled is None:
             return self.gm(*args)  # type: ignore[no-any-return]
-        self.piece.last = (dynamo_graphs.ticks(), entry[1])
-        return entry[0](list(args))
+        return entry.compiled(list(args))
 
 
 def _unguarded_key(signature: CallSignature, grad_positions: tuple[int, ...]) -> Hashable:
