@@ -24,7 +24,8 @@ def mutations(request: Request) -> Mutations:
     return Mutations(
         data=frozenset(OuterIdx(i) for i, info in infos if info.mutates_data),
         metadata=frozenset(OuterIdx(i) for i, info in infos if info.mutates_metadata),
-        moves_views=any(_moves_view(n) for n in request.graph.graph.nodes),
+        # the record's writing nodes (declared): a move is a write, so no other node is looked at
+        moves_views=any(_moves_view(n) for n in request.program.writing_nodes),
     )
 
 

@@ -19,7 +19,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             impl=SyntheticBaseStage(),
             after=("dedupe",),
             before=("functionalize",),
-            reads=("aliasing", "meta"),
+            reads=("aliasing", "writing_nodes", "meta"),
             options={"tight": True},
             cache_key=cache_key,
             description="overlapping inputs that are mutated become one synthetic base",
