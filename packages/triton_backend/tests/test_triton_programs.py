@@ -236,3 +236,18 @@ def test_new_static_sizes_get_static_kernels_and_share_generic_ones(triton_only)
     assert first is not second
     assert [k.kernel.source for k in first.kernels] != [k.kernel.source for k in second.kernels]
     assert [k.sources["generic"].source for k in first.kernels] == [k.sources["generic"].source for k in second.kernels]
+
+
+GPU_LAUNCH_CASES = [
+    *CASES,
+    (softmax, lambda: (torch.randn(3, 5000),)),  # a row past one persistent tile: looped on a GPU
+    (lambda x: x.sum(0), lambda: (torch.randn(50, 70),)),  # an outer (column) reduction, persistent
+    (lambda x: (x * 2).sum(0), lambda: (torch.randn(300, 70),)),  # an outer reduction that loops
+]
+
+
+@pytest.mark.parametrize("fn, make_args", GPU_LAUNCH_CASES)
+def test_program_matches_eager_with_gpu_launches(fn, make_args, triton_only):
+    # Note [Launch configuration]: the kernels, block sizes and persistence a GPU would run, in the interpreter
+    torch.manual_seed(0)
+    check(fn, *make_args(), compile=triton_only(launch_for="cuda"))
