@@ -137,6 +137,27 @@ def _timed(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     return statistics.median(times)
 
 
+def _profile(name: str, label: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], train: bool) -> None:
+    """The top CUDA and CPU time of five steps of ``fn``, and the step's wall time split."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def step() -> None:
+        out = fn(*args, **kwargs)
+        if train:
+            (out if out.dim() == 0 else out.float().square().mean()).backward()
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    cuda = sum(e.self_device_time_total for e in events) / 5 / 1e3
+    print(f"\n== profile {name} / {label}: {cuda:.3f} ms of GPU time per step, {len(prof.events()) // 5} events per step")
+    print(events.table(sort_by="self_device_time_total", row_limit=12, max_name_column_width=60))
+
+
 def _system(label: str, fn: Any) -> Any:
     if label == "eager":
         return fn
@@ -153,6 +174,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated substrings of workload names")
     parser.add_argument("--systems", default="eager,conveyor,inductor", help="columns to time")
     parser.add_argument("--no-check", action="store_true", help="time only")
+    parser.add_argument("--profile", action="store_true", help="after timing, a profile of each system's step (top ops)")
     opts = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: this benchmark needs one", file=sys.stderr)
@@ -195,6 +217,11 @@ def main() -> int:
                 times[label] = float("nan")
                 print(f"{name}: {label} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
                 continue
+            if opts.profile:
+                try:
+                    _profile(name, label, compiled, inputs, kwargs, train)
+                except Exception as exc:  # a profile is extra: report and go on
+                    print(f"{name}: {label} profile failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             if label == "conveyor" and not opts.no_check:  # again, now that launches are bound
                 again = checked(compiled)
                 verdict = verdict if again == "exact" else f"{verdict}; after timing {again}"
