@@ -171,7 +171,7 @@ def _system(label: str, fn: Any) -> Any:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=50)
-    parser.add_argument("--only", default="", help="comma-separated substrings of workload names")
+    parser.add_argument("--only", default="", help="comma-separated substrings of workload names (_ for a space)")
     parser.add_argument("--systems", default="eager,conveyor,inductor", help="columns to time")
     parser.add_argument("--no-check", action="store_true", help="time only")
     parser.add_argument("--profile", action="store_true", help="after timing, a profile of each system's step (top ops)")
@@ -183,7 +183,7 @@ def main() -> int:
 
     print(f"torch {torch.__version__}, triton {triton.__version__}, {torch.cuda.get_device_name()}, conveyor {conveyor.__file__}")
     systems = opts.systems.split(",")
-    wanted = [w for w in opts.only.split(",") if w]
+    wanted = [w.replace("_", " ") for w in opts.only.split(",") if w]  # "gpt2_train" for "gpt2 train"
     failures = 0
     rows = []
     for name, fn, args, kwargs, train in workloads("cuda"):
