@@ -171,3 +171,24 @@ def test_a_second_process_is_served_by_the_fx_graph_cache(tmp_path: Path) -> Non
     ]
     assert runs[0][:2] == ["0", "2"] and runs[1][:2] == ["2", "0"]
     assert runs[0][2] == runs[1][2]
+
+
+def test_outputs_in_other_layouts_are_caught_and_a_stale_entry_compiled_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Note [Layouts in the inductor backend]: without the mark, Inductor returns the
+    convolution's output (saved for the backward) channels-last; the stage says so. The
+    cache entry that compile wrote is then found by a compile with the mark, and compiled afresh."""
+    from conveyor import StageError
+    from conveyor_inductor import layouts
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 4, stride=4), torch.nn.Flatten(2), torch.nn.GELU())
+    x = torch.randn(2, 3, 16, 16)
+    with monkeypatch.context() as patched:
+        patched.setattr(layouts, "keep_output_strides", lambda gm: None)
+        with pytest.raises(
+            StageError, match=r"'inductor': Inductor returns the forward graph's outputs in other layouts"
+        ):
+            compile(model)(x)
+    assert lookups()["miss"] == 1
+    check(model, x, compile=compile, atol=1e-5, rtol=1e-4)
+    assert lookups() == {"hit": 1, "miss": 1, "bypass": 0}  # the stale forward entry, then the backward

@@ -70,3 +70,33 @@ def test_compiled_autograd_backward_through_inductor() -> None:
     assert session.captures == 1
     for p, q in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+
+
+def patch_embedding() -> nn.Module:
+    """ViT's stem: a strided convolution whose output the backward needs."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 4, stride=4), nn.Flatten(2), nn.GELU(), nn.Linear(16, 4))
+
+
+def test_a_convolutions_saved_output_keeps_its_layout_for_the_backward() -> None:
+    # Inductor returns a convolution's output channels-last unless told to keep the graph's strides;
+    # the backward graph was traced with the graph's (Note [Layouts in the inductor backend])
+    check(patch_embedding(), torch.randn(2, 3, 16, 16), compile=standalone, atol=1e-5, rtol=1e-4)
+
+
+def test_the_retrace_reads_views_as_reshapes() -> None:
+    # GPT-2's attention (tests/test_hf_inductor.py) has a view that Inductor's decompositions make
+    # unviewable; the retrace reshapes instead, as Inductor's own view_to_reshape does
+    from conveyor_inductor import layouts
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.view(4, 6).t().reshape(24)  # a view, then a reshape that copies
+
+    gm = make_fx(f)(torch.randn(2, 12))
+    reshaped = layouts.with_reshapes(gm)
+    targets = [n.target for n in reshaped.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.view.default not in targets and torch.ops.aten.reshape.default in targets
+    assert torch.ops.aten.view.default in [n.target for n in gm.graph.nodes]  # the received graph is untouched
+    x = torch.randn(2, 12)
+    assert torch.equal(reshaped(x), f(x))

@@ -31,12 +31,12 @@ from typing import Any
 
 import conveyor
 import torch
-from conveyor import CompiledFn, Request
+from conveyor import CompiledFn, Request, StageError
 from conveyor.stage_api import reducible
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from conveyor_inductor import fx_cache
-from conveyor_inductor.probe import api
+from conveyor_inductor import fx_cache, layouts
+from conveyor_inductor.probe import STAGE, api
 from conveyor_inductor.specs import TensorSpec, describe_inputs
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,12 @@ class Made:
 
 
 def compile_graph(
-    graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any, label: str, config: dict[str, Any]
+    graph: torch.fx.GraphModule,
+    inputs: Sequence[Any],
+    fake_mode: Any,
+    label: str,
+    config: dict[str, Any],
+    expected: tuple[layouts.Strides, ...] | None = None,
 ) -> tuple[torch.fx.GraphModule, Any]:
     """``graph`` decomposed with Inductor's table (retraced on ``inputs``) and
     compiled by Inductor: the decomposed graph as Inductor left it, and
@@ -80,16 +85,33 @@ def compile_graph(
     cache])."""
     inductor = api()
     table = {op: fn for op, fn in inductor.decompositions().items() if op is not torch.ops.aten.detach.default}
+    source = layouts.with_reshapes(graph)  # Note [Layouts in the inductor backend]
+    if expected is None:
+        expected = layouts.output_strides(graph)
 
     def run(*flat: Any) -> tuple[Any, ...]:
-        return tuple(conveyor.call_graph(graph, flat))
+        return layouts.restrided(tuple(conveyor.call_graph(source, flat)), expected)
 
     where = fx_cache.scope(inputs, fake_mode)
     if not where.cached:
         log.debug("%s: Inductor's FX graph cache not used: %s", label, where.why)
     gm = conveyor.retrace(run, where.inputs, where.fake_mode, decomposition_table=table)
+    layouts.keep_output_strides(gm)
     with where.entered(), inductor.config.patch({**config, **where.config}):
         compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
+    changed = layouts.changed_output_strides(gm, compiled)
+    if changed and where.cached:  # a cache entry written without the mark: compile it afresh
+        log.debug("%s: Inductor's cached program changed output strides (%s): compiling again", label, changed)
+        with where.entered(), inductor.config.patch({**config, "fx_graph_cache": False}):
+            compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
+        changed = layouts.changed_output_strides(gm, compiled)
+    if changed:
+        raise StageError(
+            STAGE,
+            f"Inductor returns the {label} graph's outputs in other layouts than the graph's "
+            f"({'; '.join(changed)}): this torch does not honour user_visible_output_idxs "
+            "(Note [Layouts in the inductor backend])",
+        )
     return gm, compiled
 
 
@@ -110,8 +132,10 @@ def program(
 
     if described is None:
         return Made(run, info)  # a closure that does not pickle: the program is not stored
-    graph = request.graph
-    return Made(reducible(run, _loaded, graph, described, request.label, config, request.grad_enabled), info)
+    graph, expected = request.graph, layouts.output_strides(request.graph)
+    return Made(
+        reducible(run, _loaded, graph, described, request.label, config, request.grad_enabled, expected), info
+    )
 
 
 def _loaded(
@@ -120,9 +144,12 @@ def _loaded(
     label: str,
     config: dict[str, Any],
     grad_enabled: bool,
+    expected: tuple[layouts.Strides, ...] | None = None,
 ) -> CompiledFn:
     """The callable of a program loaded from the disk cache: compiled with
-    Inductor on its first call (Note [Storing Inductor programs])."""
+    Inductor on its first call (Note [Storing Inductor programs]), its
+    outputs in the layouts of the first compile's graph (``expected``: the
+    stored graph has no fake values; Note [Layouts in the inductor backend])."""
     compiled: list[Any] = []
 
     def run(args: list[Any]) -> Sequence[Any]:
@@ -131,7 +158,7 @@ def _loaded(
             with fake_mode:
                 fakes = [d.fake() if isinstance(d, TensorSpec) else d for d in described]
             with torch.set_grad_enabled(grad_enabled):
-                compiled.append(compile_graph(graph, fakes, fake_mode, label, config)[1])
+                compiled.append(compile_graph(graph, fakes, fake_mode, label, config, expected)[1])
         return compiled[0](args)  # type: ignore[no-any-return]
 
-    return reducible(run, _loaded, graph, described, label, config, grad_enabled)
+    return reducible(run, _loaded, graph, described, label, config, grad_enabled, expected)
