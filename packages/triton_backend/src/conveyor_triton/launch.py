@@ -16,10 +16,11 @@ shapes:
 * a row group that reduces over leading dimensions (Note [Permuted groups]
   in ``conveyor_triton.fusion``: a bias gradient sums a column of every
   row) is an *outer* reduction: its rows are the contiguous dimension, so a
-  program takes at least 64 rows (coalesced loads along them) and the
-  reduced elements in chunks that fill the tile, as Inductor's outer
-  reduction configurations do; one row per program would read a column with
-  a stride of the row length;
+  program takes 64 rows (coalesced loads along them), fewer (down to 8) where
+  that would launch fewer than ``MIN_PROGRAMS`` programs, and the reduced
+  elements in chunks that fill the tile, as Inductor's outer reduction
+  configurations do; one row per program would read a column with a stride
+  of the row length;
 * a row group runs ``tile / 128`` warps (2 to 8), so a tile of 4096 elements
   keeps 16 of each live value per thread (ViT's fused softmax on a 4096
   tile and 4 warps used 255 registers and spilled).
@@ -48,6 +49,9 @@ PERSISTENT_RBLOCK = 2048
 TILE = 4096
 #: the chunk a looping reduction reads per step
 LOOP_RBLOCK = 1024
+#: an outer reduction narrows its blocks down to 8 rows to launch at least this many programs
+#: (an H100 has 132 SMs: 1024 bias-gradient rows in blocks of 64 kept 16 of them busy, 0.3 ms a step)
+MIN_PROGRAMS = 128
 #: the interpreter's limits: elements per pointwise program, per row tile, per row-group program
 _INTERPRETED = (1 << 15, 2048, 1 << 15)
 
@@ -113,6 +117,8 @@ def choose(device: torch.device, xnumel: int, rnumel: int | None, outer: bool = 
     persistent_limit, tile = (_INTERPRETED[1], _INTERPRETED[2]) if interpreted else (PERSISTENT_RBLOCK, TILE)
     if outer and not interpreted:
         xblock = min(rows, max(64, tile // whole))
+        while xblock > 8 and _cdiv(xnumel, xblock) < MIN_PROGRAMS:  # 32-byte row segments still coalesce
+            xblock //= 2
         rblock = min(whole, max(1, tile // xblock))
         warps = max(2, min(xblock * rblock // 128, 8))
         return Launch(xblock, rblock, next_pow2(warps), _cdiv(xnumel, xblock), rblock >= whole)
