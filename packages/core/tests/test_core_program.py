@@ -35,8 +35,22 @@ def test_input_aliasing_groups_storages_and_tells_exact_overlap() -> None:
     assert aliasing.overlapping == frozenset({(0, 2), (1, 2)})  # the two halves share no byte
     assert aliasing.shares_storage and aliasing.overlap(2, 0) and not aliasing.overlap(0, 1)
     assert not InputAliasing.of((torch.zeros(2), torch.zeros(2))).shares_storage
-    with pytest.raises(ValueError, match="not a pair of inputs in one storage"):
-        InputAliasing((0, 1), frozenset({(0, 1)}))
+    x = torch.zeros(2)
+    assert InputAliasing.of((x, torch.zeros(1), x)).same == (0, 1, 0) and InputAliasing.of((x, x)).has_duplicates
+
+
+def test_which_inputs_are_one_tensor_leaves_symbolic_sizes_alone() -> None:
+    """dedupe asks only ``same``: no layout is compared, so no size is specialized."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    base = torch.zeros(4, 3)
+    fake = mode.from_tensor(base)
+    view = fake[1:]
+    aliasing = InputAliasing.of((fake, view, fake))
+    assert aliasing.same == (0, 1, 0)
+    assert not mode.shape_env.guards  # nothing about the sizes was assumed
+    assert aliasing.overlapping and mode.shape_env.guards  # overlap compares layouts: it does
 
 
 def _pure(x, y):

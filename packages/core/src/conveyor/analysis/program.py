@@ -55,7 +55,7 @@ import torch.fx
 from conveyor.analysis.functional_analysis import Analysis, analyze
 from conveyor.analysis.program_meta import ProgramMeta
 from conveyor.analysis.schema import op_facts
-from conveyor.analysis.signature import CallSignature, identity
+from conveyor.analysis.signature import CallSignature
 from conveyor.errors import StageError
 
 #: the parts of :class:`Program` a stage can declare it reads (``StageSpec.reads``)
@@ -64,42 +64,45 @@ PARTS = ("aliasing", "writing_nodes", "outputs_computed", "statically_functional
 FIELDS = ("graph", "inputs", "fake_mode", "grad_enabled")
 
 
-@dataclass(frozen=True)
 class InputAliasing:
-    """Which inputs share memory.
+    """Which inputs share memory: the program record's view of its fake
+    inputs' :class:`~conveyor.analysis.signature.CallSignature` (Note [The
+    call signature]). Each fact is computed when first asked: which inputs
+    are one tensor (``dedupe``) never compares layouts, so it never reads a
+    symbolic size, which would specialize it.
 
-    :ivar groups: per input, the position of the first tensor input in its
-        storage (itself when it is the first; ``-1`` for non-tensors and
-        non-strided tensors).
-    :ivar overlapping: the pairs ``(j, i)``, ``j < i``, of inputs in one
-        storage that have a byte in common (exact for static layouts; pairs
-        with a symbolic layout are taken to overlap).
-    :ivar same: per input, the first position holding the same tensor (its
-        own position when none earlier does; empty: the positions' own).
+    :ivar signature: the inputs' signature.
     """
 
-    groups: tuple[int, ...]
-    overlapping: frozenset[tuple[int, int]] = frozenset()
-    same: tuple[int, ...] = ()
+    __slots__ = ("signature",)
 
-    def __post_init__(self) -> None:
-        for j, i in self.overlapping:
-            if not j < i or self.groups[i] != self.groups[j] or self.groups[i] < 0:
-                raise ValueError(f"InputAliasing: ({j}, {i}) is not a pair of inputs in one storage")
-        if not self.same:
-            object.__setattr__(self, "same", identity(len(self.groups)))
-        if len(self.same) != len(self.groups) or any(not 0 <= f <= i for i, f in enumerate(self.same)):
-            raise ValueError(f"InputAliasing: same {self.same} must name an earlier or the same position per input")
+    def __init__(self, signature: CallSignature) -> None:
+        self.signature = signature
 
     @staticmethod
     def of(inputs: Sequence[Any]) -> InputAliasing:
         """The aliasing of ``inputs`` (fake or real tensors)."""
-        return InputAliasing.of_signature(CallSignature.of(inputs))
+        return InputAliasing(CallSignature.of(inputs))
 
-    @staticmethod
-    def of_signature(signature: CallSignature) -> InputAliasing:
-        """The aliasing a call's signature (Note [The call signature]) describes."""
-        return InputAliasing(signature.groups, signature.overlapping, signature.same)
+    @property
+    def groups(self) -> tuple[int, ...]:
+        """Per input, the position of the first tensor input in its storage
+        (itself when it is the first; ``-1`` for non-tensors and non-strided
+        tensors)."""
+        return self.signature.groups
+
+    @property
+    def overlapping(self) -> frozenset[tuple[int, int]]:
+        """The pairs ``(j, i)``, ``j < i``, of inputs in one storage that have
+        a byte in common (exact for static layouts; pairs with a symbolic
+        layout are taken to overlap)."""
+        return self.signature.overlapping
+
+    @property
+    def same(self) -> tuple[int, ...]:
+        """Per input, the first position holding the same tensor (its own
+        position when none earlier does)."""
+        return self.signature.same
 
     @property
     def shares_storage(self) -> bool:
@@ -114,6 +117,9 @@ class InputAliasing:
     def overlap(self, i: int, j: int) -> bool:
         """Inputs ``i`` and ``j`` (different) have a byte in common."""
         return (min(i, j), max(i, j)) in self.overlapping
+
+    def __repr__(self) -> str:
+        return f"InputAliasing(groups={self.groups})"
 
 
 @dataclass(frozen=True, eq=False)
