@@ -74,7 +74,7 @@ def test_gpu_launch_config_chooses_launches_for_a_gpu(triton_only):
     x = torch.randn(64, 300)
     with aot.gpu_launch_config():
         on_gpu = triton_only()(fn)
-        torch.testing.assert_close(on_gpu(x), fn(x))
+        torch.testing.assert_close(on_gpu(x), fn(x), atol=1e-4, rtol=1e-5)  # x.sum() is a split reduction
     (prog,) = conveyor_triton.programs(on_gpu)
     tiles = [step.kernel.launch.xblock * (step.kernel.launch.rblock or 1) for step in prog.kernels]
     assert max(tiles) <= 4096  # Note [Launch configuration]: a GPU's tile

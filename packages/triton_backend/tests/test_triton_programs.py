@@ -243,6 +243,12 @@ GPU_LAUNCH_CASES = [
     (softmax, lambda: (torch.randn(3, 5000),)),  # a row past one persistent tile: looped on a GPU
     (lambda x: x.sum(0), lambda: (torch.randn(50, 70),)),  # an outer (column) reduction, persistent
     (lambda x: (x * 2).sum(0), lambda: (torch.randn(300, 70),)),  # an outer reduction that loops
+    # Note [Split reductions]: few long rows run as two kernels on a GPU
+    (lambda x: (x.sum(-1), x.amax(-1), x.amin(-1)), lambda: (torch.randn(4, 5000),)),
+    (lambda x: x.amax(-1), lambda: (torch.randn(3, 5000).index_fill(1, torch.tensor([4100]), float("nan")),)),
+    (lambda x: (x * x).sum(), lambda: (torch.randn(5000),)),
+    (lambda x: (x.sum(0), (x * 3).amax(0)), lambda: (torch.randn(3000, 16),)),  # outer
+    (lambda x: x.sum(-1), lambda: (torch.randint(-100, 100, (2, 5000), dtype=torch.int32),)),
 ]
 
 
@@ -250,4 +256,16 @@ GPU_LAUNCH_CASES = [
 def test_program_matches_eager_with_gpu_launches(fn, make_args, triton_only):
     # Note [Launch configuration]: the kernels, block sizes and persistence a GPU would run, in the interpreter
     torch.manual_seed(0)
-    check(fn, *make_args(), compile=triton_only(launch_for="cuda"))
+    check(fn, *make_args(), compile=triton_only(launch_for="cuda"), atol=1e-4, rtol=1e-5)
+
+
+def test_few_long_rows_are_split_reductions_on_a_gpu(triton_only):
+    compiled = triton_only(launch_for="cuda")(lambda x: (x.sum(-1), x.amax(-1)))
+    compiled(torch.randn(4, 5000))
+    (prog,) = conveyor_triton.programs(compiled)
+    (step,) = prog.kernels
+    assert step.kernel.launch.split == 3 and "combine" in step.sources
+    here = triton_only()(lambda x: (x.sum(-1), x.amax(-1)))
+    here(torch.randn(4, 5000))
+    (prog,) = conveyor_triton.programs(here)
+    assert all("combine" not in s.sources for s in prog.kernels)  # the interpreter runs one kernel

@@ -35,6 +35,7 @@ Note [Static layouts]: a kernel is generated in one of two forms.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast as typed
 
 import torch
 import torch.fx
@@ -125,6 +126,10 @@ class _Writer:
         self.row_group = group.reduce is not None
         #: the whole row in one tile: no loops (static kernels whose launch says so)
         self.persistent = self.row_group and launch is not None and launch.persistent
+        #: a split reduction's first kernel (Note [Split reductions]): each program reduces one chunk
+        self.split = launch.split if launch is not None and self.row_group else 1
+        #: the variable a row's coordinates come from
+        self.xvar = "xrow" if self.split > 1 else "xindex"
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -149,13 +154,14 @@ class _Writer:
         (``xindex``'s once per kernel); ``size`` None: the outermost dimension."""
         if div == 1 and size is None:
             return var
-        key = ("outer" if var == "xindex" else scope, var, div, size)
+        rowwise = var in ("xindex", "xrow")
+        key = ("outer" if rowwise else scope, var, div, size)
         if key not in self.coords:
             expr = var if div == 1 else f"({var} // {div})"
             if size is not None:
                 expr = f"{expr} % {size}"
-            name = self.fresh("x" if var == "xindex" else "r")
-            where, at = (self.lines, "    ") if var == "xindex" else (out, indent)
+            name = self.fresh("x" if rowwise else "r")
+            where, at = (self.lines, "    ") if rowwise else (out, indent)
             where.append(f"{at}{name} = {expr}")
             self.coords[key] = name
         return self.coords[key]
@@ -180,13 +186,13 @@ class _Writer:
         """The address of ``arg`` (its value laid out with ``strides``, read at
         ``arg.shape`` in ``arg.permute`` order) in a static kernel: Note
         [Static layouts]. ``full``: in a row group's in-row scope."""
-        dims = _dims(arg.shape, strides, arg.permute)
+        dims, x = _dims(arg.shape, strides, arg.permute), self.xvar
         if not full:
-            return " + ".join(self.static_terms(_merged(dims), "xindex", scope, out, indent)) or "xindex * 0"
+            return " + ".join(self.static_terms(_merged(dims), x, scope, out, indent)) or f"{x} * 0"
         split = _split(dims, self.group.reduce)  # type: ignore[arg-type]
         if split is None:  # the row boundary falls inside a dimension
             return " + ".join(self.static_terms(_merged(dims), "findex", scope, out, indent)) or "findex * 0"
-        outer = " + ".join(self.static_terms(_merged(dims[:split]), "xindex", scope, out, indent)) or "xindex * 0"
+        outer = " + ".join(self.static_terms(_merged(dims[:split]), x, scope, out, indent)) or f"{x} * 0"
         inner = " + ".join(self.static_terms(_merged(dims[split:]), "rindex", scope, out, indent)) or "rindex * 0"
         return f"{outer} + {inner}"
 
@@ -319,23 +325,27 @@ class _Writer:
         return name
 
     def loop_header(self) -> list[str]:
-        """The lines opening a loop over the row in ``RBLOCK`` chunks."""
+        """The lines opening a loop over the row (a split's chunk of it) in ``RBLOCK`` chunks."""
         rindex = "r0 + tl.arange(0, RBLOCK)[None, :]"
+        end = "rnumel"
+        if self.split > 1:
+            chunk = self.launch.chunk  # type: ignore[union-attr]
+            rindex, end = f"xsplit * {chunk} + {rindex}", str(chunk)
         if self.index64 and self.launch is not None:  # static in-row terms multiply by constant strides
             rindex = f"({rindex}).to(tl.int64)"
         return [
-            "    for r0 in range(0, rnumel, RBLOCK):",
+            f"    for r0 in range(0, {end}, RBLOCK):",
             f"        rindex = {rindex}",
             "        fmask = xmask & (rindex < rnumel)",
-            "        findex = xindex * rnumel + rindex",
+            f"        findex = {self.xvar} * rnumel + rindex",
         ]
 
     # -- the kernel -------------------------------------------------------------
     def write(self, name: str) -> KernelSource:
         g = self.group
-        xnumel, rnumel = (g.rows if self.row_group else g.numel), g.reduce
+        xnumel, rnumel = typed(int, g.rows if self.row_group else g.numel), g.reduce
         if self.launch is not None:  # Note [Static layouts]: sizes are constants of the source
-            self.lines.append(f"    xnumel = {xnumel}")
+            self.lines.append(f"    xnumel = {xnumel * self.split}")
             if self.row_group:
                 self.lines.append(f"    rnumel = {rnumel}")
         pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
@@ -344,6 +354,9 @@ class _Writer:
         else:
             self.lines.append(f"    xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
         self.lines.append("    xmask = xindex < xnumel")
+        if self.split > 1:  # Note [Split reductions]: program-adjacent indexes are adjacent rows
+            self.lines.append(f"    xrow = xindex % {xnumel}")
+            self.lines.append(f"    xsplit = xindex // {xnumel}")
         if self.persistent:
             rindex = "tl.arange(0, RBLOCK)[None, :]"
             self.lines.append(f"    rindex = {rindex}.to(tl.int64)" if self.index64 else f"    rindex = {rindex}")
@@ -368,7 +381,10 @@ class _Writer:
                 self.store(n, v, "outer", store_args, "    ")
         for n in rows:
             v = self.value(n, "outer", self.lines, "    ")
-            self.store(n, v, "outer", store_args, "    ")
+            if self.split > 1:
+                self.store_partial(n, v, store_args)
+            else:
+                self.store(n, v, "outer", store_args, "    ")
         params = []
         for prefix, args in (("in", self.load_args), ("out", store_args)):
             for k, a in enumerate(args):
@@ -386,6 +402,14 @@ class _Writer:
         header = ["import triton", "import triton.language as tl", "", "", "@triton.jit", f"def {name}({', '.join(params)}):"]
         source = "\n".join(header + self.lines) + "\n"
         return KernelSource(name, source, tuple(self.load_args), tuple(store_args), xnumel, rnumel, self.launch)  # type: ignore[arg-type]
+
+    def store_partial(self, node: torch.fx.Node, value: str, args: list[TensorArg]) -> None:
+        """A split reduction's partial result, kept in the accumulator's dtype, at
+        ``xindex`` of a contiguous (chunk, row) buffer (Note [Split reductions])."""
+        dtype = compute_dtype(node.meta["val"].dtype)
+        numel = (self.group.rows or 1) * self.split
+        args.append(TensorArg(node, (numel,), None, dtype, ((numel,), (1,))))
+        self.lines.append(f"    tl.store(out{len(args) - 1} + xindex, {value}, mask=xmask)")
 
     def store(self, node: torch.fx.Node, value: str, scope: str, args: list[TensorArg], indent: str) -> None:
         val = node.meta["val"]
@@ -449,6 +473,50 @@ def _int_init(kind: str, dtype: torch.dtype) -> str:
         return "0"
     info = torch.iinfo(dtype)
     return literal(info.min if kind == "max" else info.max)
+
+
+def generate_combine(
+    group: Group, stored: list[torch.fx.Node], name: str, launch: Launch, split: Launch, store_strides: StoreStrides
+) -> KernelSource:
+    """The second kernel of a split reduction (Note [Split reductions]): each
+    row's ``split.split`` partial results, read from the first kernel's
+    (chunk, row) buffers, reduced and stored as the group's outputs."""
+    w = _Writer(group, stored, False, launch, store_strides)
+    rows, parts = group.rows or 1, split.split
+    w.lines += [
+        f"    xnumel = {rows}",
+        "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+        "    xmask = xindex < xnumel",
+        "    rindex = tl.arange(0, RBLOCK)[None, :]",
+        f"    fmask = xmask & (rindex < {parts})",
+    ]
+    loads: list[TensorArg] = []
+    stores: list[TensorArg] = []
+    for k, node in enumerate(stored):
+        kind = REDUCTIONS[node.target]
+        out_dtype = node.meta["val"].dtype
+        acc_dtype = compute_dtype(out_dtype)
+        loads.append(TensorArg(node, (rows * parts,), None, acc_dtype, ((rows * parts,), (1,))))
+        p, acc, r = w.fresh("p"), w.fresh("acc"), w.fresh("r")
+        w.lines.append(f"    {p} = tl.load(in{k} + rindex * {rows} + xindex, mask=fmask, other=0)")
+        if kind == "sum":
+            w.lines.append(f"    {acc} = tl.where(fmask, {p}, 0)")
+            total = f"tl.sum({acc}, 1)" if acc_dtype.is_floating_point else f"tl.sum({acc}, 1).to({tl_type(acc_dtype)})"
+            w.lines.append(f"    {r} = {total}[:, None]")
+        else:
+            init = _INIT[kind] if acc_dtype.is_floating_point else _int_init(kind, acc_dtype)
+            w.lines.append(f"    {acc} = tl.where(fmask, {p}, {init})")
+            w.lines.append(f"    {r} = {'tl.max' if kind == 'max' else 'tl.min'}({acc}, 1)[:, None]")
+            if acc_dtype.is_floating_point:
+                w.lines.append(
+                    f"    {r} = tl.where(tl.max(({acc} != {acc}).to(tl.int32), 1)[:, None] > 0, float(\"nan\"), {r})"
+                )
+        w.store(node, r, "outer", stores, "    ")
+    params = [f"in{k}" for k in range(len(loads))] + [f"out{k}" for k in range(len(stores))]
+    params += ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+    header = ["import triton", "import triton.language as tl", "", "", "@triton.jit", f"def {name}({', '.join(params)}):"]
+    source = "\n".join(header + w.lines) + "\n"
+    return KernelSource(name, source, tuple(loads), tuple(stores), rows, parts, launch)
 
 
 def generate(

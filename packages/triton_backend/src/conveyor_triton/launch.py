@@ -38,6 +38,7 @@ read their PTX; tests check their values).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -79,6 +80,9 @@ class Launch:
     persistent: bool
     #: floating-point contraction (FMA) allowed (Note [Explicit roundings and FMA] in conveyor_triton.dtypes)
     fp_fusion: bool = True
+    #: a split reduction's first kernel: the chunks each row is cut into, and their length (Note [Split reductions])
+    split: int = 1
+    chunk: int | None = None
 
     @property
     def meta(self) -> dict[str, int]:
@@ -128,6 +132,39 @@ def choose(device: torch.device, xnumel: int, rnumel: int | None, outer: bool = 
         rblock, xblock, persistent = (_INTERPRETED[1] if interpreted else LOOP_RBLOCK), 1, False
     warps = max(2, min(xblock * rblock // 128, 8))
     return Launch(xblock, rblock, next_pow2(warps), _cdiv(xnumel, xblock), persistent)
+
+
+# Note [Split reductions]: a row group launches one program per block of
+# rows, so a reduction over few, long rows (a bias gradient of 256 columns
+# over 4096 tokens, a sum of a whole tensor) keeps a few SMs busy while the
+# others idle. On a GPU such a group, when its stored values are all
+# reductions that do not read each other's results, runs as two kernels, as
+# Inductor's split reductions do: the first cuts each row into ``split``
+# chunks of ``chunk`` elements and reduces each (program-adjacent indexes are
+# adjacent rows, so an outer reduction's loads stay coalesced), storing the
+# partial results in the accumulator's dtype in a (chunk, row) buffer; the
+# second reduces each row's partials (NaN still propagates through max and
+# min) and stores the outputs as the one kernel would have. A sum is then
+# added in another order, within the tolerance of any reordering (eager's
+# own kernels on CPU and CUDA already differ in it).
+
+
+def split_launches(device: torch.device, first: Launch, xnumel: int, rnumel: int) -> tuple[Launch, Launch] | None:
+    """A split reduction's two launches for a looping row group launched as
+    ``first``, or None when one kernel keeps enough SMs busy (Note [Split
+    reductions])."""
+    if device.type != "cuda" or first.persistent or first.rblock is None or first.grid * 2 > MIN_PROGRAMS:
+        return None
+    split = min(_cdiv(MIN_PROGRAMS, first.grid), _cdiv(rnumel, 2 * first.rblock), 64)
+    if split < 2:
+        return None
+    chunk = _cdiv(_cdiv(rnumel, split), first.rblock) * first.rblock
+    split = _cdiv(rnumel, chunk)
+    grid = _cdiv(xnumel * split, first.xblock)
+    rblock = next_pow2(split)
+    xblock = max(1, min(next_pow2(max(xnumel, 1)), TILE // rblock))
+    combine = Launch(xblock, rblock, next_pow2(max(2, min(xblock * rblock // 128, 8))), _cdiv(xnumel, xblock), True)
+    return dataclasses.replace(first, grid=grid, split=split, chunk=chunk), combine
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -12,11 +12,11 @@ import torch
 import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
-from conveyor_triton.codegen import KernelSource, StoreStrides, generate
+from conveyor_triton.codegen import KernelSource, StoreStrides, generate, generate_combine
 from conveyor_triton.domain import contiguous_strides
 from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.fusion import Fuser, Group
-from conveyor_triton.launch import choose, launch_device
+from conveyor_triton.launch import choose, launch_device, split_launches
 from conveyor_triton.ops import RULES
 from conveyor_triton.program import AtenStep, KernelStep, Program, Variant, needs_index64
 from conveyor_triton.report import Fallback, KernelEntry, Report
@@ -71,22 +71,59 @@ def _strides(node: torch.fx.Node, output_meta: dict[torch.fx.Node, Any]) -> tupl
     return tuple(contiguous_strides(tuple(val.shape)))
 
 
-def _static_kernel(
+def _static_kernels(
     group: Group, stored: list[torch.fx.Node], name: str, store_strides: StoreStrides, launch_for: str | None
-) -> KernelSource:
+) -> dict[Variant, KernelSource]:
     """The static kernel of ``group`` (Note [Static layouts]), with 64-bit
     indexing when a tensor it addresses, or its index space, needs it; its
-    launch chosen for the device type ``launch_for`` (None: its tensors')."""
+    launch chosen for the device type ``launch_for`` (None: its tensors').
+    A split reduction's two kernels are ``"static"`` and ``"combine"`` (Note
+    [Split reductions])."""
     xnumel = group.rows if group.reduce is not None else group.numel
     device = launch_device(launch_for, stored[0].meta["val"].device)
     launch = choose(device, xnumel, group.reduce, outer=group.perm is not None)  # type: ignore[arg-type]
     kernel = generate(group, stored, name, False, launch, store_strides)
     layouts = [a.layout for a in (*kernel.loads, *kernel.stores) if a.layout is not None]
-    if needs_index64(group.numel, layouts):
+    index64 = needs_index64(group.numel, layouts)
+    fp_fusion = not rounds_explicitly(kernel.source)  # Note [Explicit roundings and FMA]
+    split = split_launches(device, launch, xnumel, group.reduce) if _splittable(group, stored) else None  # type: ignore[arg-type]
+    if split is not None and not index64:
+        first, second = (dataclasses.replace(la, fp_fusion=fp_fusion) for la in split)
+        return {
+            "static": generate(group, stored, name, False, first, store_strides),
+            "combine": generate_combine(group, stored, f"{name}_combine", second, first, store_strides),
+        }
+    if index64:
         kernel = generate(group, stored, name, True, launch, store_strides)
-    if rounds_explicitly(kernel.source):  # Note [Explicit roundings and FMA]
+    if not fp_fusion:
         kernel = dataclasses.replace(kernel, launch=dataclasses.replace(launch, fp_fusion=False))
-    return kernel
+    return {"static": kernel}
+
+
+def _splittable(group: Group, stored: list[torch.fx.Node]) -> bool:
+    """Whether every value ``group`` stores is a reduction whose source reads no
+    reduction of the group (Note [Split reductions]: a chunk's partial result
+    must not feed anything but the second kernel)."""
+    if group.reduce is None or not all(n.target in REDUCTIONS for n in stored):
+        return False
+    for node in group.members:
+        if node.target in REDUCTIONS and _reads_a_reduction(node.args[0], group):  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def _reads_a_reduction(node: torch.fx.Node, group: Group) -> bool:
+    seen: set[torch.fx.Node] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n in seen or n not in group.members:
+            continue
+        seen.add(n)
+        if n.target in REDUCTIONS:
+            return True
+        stack.extend(n.all_input_nodes)
+    return False
 
 
 def _short(node: torch.fx.Node) -> str:
@@ -160,7 +197,7 @@ def lower(
             "generic64": generate(group, stored, name, True),
         }
         if static:
-            sources["static"] = _static_kernel(group, stored, name, store_strides, options.get("launch_for"))
+            sources.update(_static_kernels(group, stored, name, store_strides, options.get("launch_for")))
         strides = tuple(store_strides[a.node] for a in sources["generic"].stores)
         steps.append(
             KernelStep(

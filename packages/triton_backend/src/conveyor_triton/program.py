@@ -24,7 +24,7 @@ from conveyor.stage_api import span
 
 from conveyor_triton import kernel_cache, metrics
 from conveyor_triton.classify import is_view
-from conveyor_triton.codegen import KernelSource
+from conveyor_triton.codegen import KernelSource, TensorArg
 from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.launch import Launch, block_sizes, launch_device
 from conveyor_triton.report import Report
@@ -32,7 +32,7 @@ from conveyor_triton.report import Report
 INT32_LIMIT = 2**31 - 1
 
 #: which source of a kernel step: the static kernel, the generic ones with 32- and 64-bit indexing
-Variant = Literal["static", "generic", "generic64"]
+Variant = Literal["static", "combine", "generic", "generic64"]
 
 
 def needs_index64(total: int, layouts: Sequence[tuple[Sequence[int], Sequence[int]]]) -> bool:
@@ -59,8 +59,8 @@ class KernelStep:
     files: dict[Variant, Path] = field(default_factory=dict)
     _fns: dict[Variant, Any] = field(default_factory=dict)
     _warned: bool = False
-    #: the static kernel's launch bound to its compiled kernel (Note [Bound launches]); None until then
-    _bound: Any = None
+    #: the static kernels' launches bound to their compiled kernels (Note [Bound launches])
+    _bound: dict[Variant, Any] = field(default_factory=dict)
     #: the stage's ``launch_for`` option: the device type generic launches are chosen for (None: the tensors')
     launch_for: str | None = None
     #: where the outputs go when the kernel loads nothing (read off the graph at compile time)
@@ -73,7 +73,7 @@ class KernelStep:
     def __getstate__(self) -> dict[str, Any]:
         # Note [Picklable run-time callables] in conveyor.protocol.artifacts: the loaded
         # jit functions are not stored; fn() loads them again from the sources
-        return {**self.__dict__, "_fns": {}, "files": {}, "_bound": None}
+        return {**self.__dict__, "_fns": {}, "files": {}, "_bound": {}}
 
     @property
     def kernel(self) -> KernelSource:
@@ -107,29 +107,49 @@ class KernelStep:
         self.run_generic(env)
 
     def run_static(self, env: dict[torch.fx.Node, Any], k: KernelSource) -> None:
-        """Launch the static kernel: its tensors are its only arguments."""
-        launch = cast(Launch, k.launch)
-        args = [env[a.node] for a in k.loads]
-        outs = []
-        for store, stride in zip(k.stores, self.store_strides):
-            out = torch.empty_strided(store.shape, stride, dtype=store.dtype, device=args[0].device if args else self.device)
-            if self.poison:
-                out.fill_(_poison(store.dtype))
-            outs.append(out)
-            env[store.node] = out
-        if launch.grid > 0 and k.xnumel > 0 and (k.rnumel is None or k.rnumel > 0):
-            args += outs
-            bound = self._bound
-            if bound is None or not bound(args):
-                compiled = self.fn("static")[(launch.grid,)](*args, **launch.meta)
-                if bound is None and args[0].is_cuda:
-                    self._bound = bind(compiled, launch, args)
-            if metrics.active():
-                metrics.record("kernel", args[: len(k.loads)], outs)
-            if metrics.watched():
-                metrics.launched(k, args, launch.meta)
+        """Launch the static kernel (a split reduction's two: Note [Split
+        reductions]): its tensors are its only arguments."""
+        loads = [env[a.node] for a in k.loads]
+        device = loads[0].device if loads else self.device
+        second = self.sources.get("combine")
+        stores = self._allocate(k.stores, device, poison=second is None)
+        if second is None:
+            for store, out in zip(k.stores, stores):
+                env[store.node] = out
+        if k.xnumel > 0 and (k.rnumel is None or k.rnumel > 0):
+            self._launch("static", k, loads, stores)
+        if second is not None:
+            outs = self._allocate(second.stores, device, poison=True)
+            for store, out in zip(second.stores, outs):
+                env[store.node] = out
+            if k.xnumel > 0:
+                self._launch("combine", second, stores, outs)
         for view in self.post_views:
             env[view] = run_node(view, env, None)
+
+    def _allocate(self, stores: Sequence[TensorArg], device: Any, poison: bool) -> list[torch.Tensor]:
+        outs = []
+        for store in stores:
+            shape, stride = cast(tuple[tuple[int, ...], tuple[int, ...]], store.layout)
+            out = torch.empty_strided(shape, stride, dtype=store.dtype, device=device)
+            if self.poison and poison:
+                out.fill_(_poison(store.dtype))
+            outs.append(out)
+        return outs
+
+    def _launch(self, variant: Variant, k: KernelSource, loads: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        launch = cast(Launch, k.launch)
+        args = [*loads, *outs]
+        if launch.grid > 0:
+            bound = self._bound.get(variant)
+            if bound is None or not bound(args):
+                compiled = self.fn(variant)[(launch.grid,)](*args, **launch.meta)
+                if bound is None and args[0].is_cuda:
+                    self._bound[variant] = bind(compiled, launch, args)
+        if metrics.active():
+            metrics.record("kernel", loads, outs)
+        if metrics.watched():
+            metrics.launched(k, args, launch.meta)
 
     def run_generic(self, env: dict[torch.fx.Node, Any]) -> None:
         """Launch a generic kernel (sizes and strides as arguments)."""
