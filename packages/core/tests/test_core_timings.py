@@ -120,3 +120,49 @@ def test_a_failed_compile_logs_no_summary(caplog):
     with caplog.at_level(logging.INFO, logger="conveyor"), pytest.raises(conveyor.StageError):
         c(torch.ones(2))
     assert summaries(caplog) == []
+
+
+class Stepping:
+    """A wrapper that times two steps of its own, one of them twice."""
+
+    def lower(self, request, options):
+        from conveyor.stage_api import timed_step
+
+        for _ in range(2):
+            with timed_step("think"):
+                time.sleep(0.02)
+        with timed_step("write"):
+            pass
+        return Lowering.passthrough(request)
+
+
+def test_a_stage_times_its_own_steps(caplog):
+    plugins = Plugins()
+    plugins.register(stage_plugin(StageSpec(name="stepping", kind="wrapper", impl=Stepping())), name="stepping")
+    with caplog.at_level(logging.INFO, logger="conveyor"):
+        conveyor.compile(double, plugins=plugins, cache=False)(torch.ones(3))
+    [line] = summaries(caplog)
+    found = re.search(r"stepping (\d\.\d\d) \(think (\d\.\d\d), write (\d\.\d\d)\)", line)
+    assert found, line
+    stage, think, _ = (float(g) for g in found.groups())
+    assert think >= 0.04 and stage >= think  # the steps add up, inside their stage's run
+    with timed_step_outside():
+        pass
+
+
+def timed_step_outside():
+    from conveyor.stage_api import timed_step
+
+    return timed_step("nowhere")  # outside a compile it only runs its block
+
+
+def test_summary_puts_steps_after_their_stage():
+    runs = (
+        timings.StageTime("triton", "forward", 0.5),
+        timings.StageTime("triton", "forward", 0.25, "decompose"),
+        timings.StageTime("triton", "backward", 0.5),
+        timings.StageTime("triton", "backward", 0.25, "decompose"),
+        timings.StageTime("triton", "backward", 0.125, "fuse"),
+    )
+    line = timings.summary("Net", 1.0, None, runs)
+    assert line == "compiled Net (forward, backward) in 1.00 s: triton 1.00 (decompose 0.50, fuse 0.12)"

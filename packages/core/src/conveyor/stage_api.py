@@ -50,6 +50,7 @@ from conveyor.protocol.pipeline import Pipeline
 from conveyor.protocol.plugins import Plugins
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
 from conveyor.protocol.stamps import StageGraph, stamp
+from conveyor.protocol.timings import step as timed_step
 from conveyor.protocol.tool import ToolSpec
 from conveyor.runtime.files import may_read, may_write, user_cache_dir, write_atomic
 
@@ -100,6 +101,7 @@ __all__ = [
     "span",
     "stamp",
     "swaps_storage",
+    "timed_step",
     "user_cache_dir",
     "warn_eager",
     "write_atomic",

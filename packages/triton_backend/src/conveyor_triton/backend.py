@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 from conveyor import CompiledFn, Request, StageError, stamp
+from conveyor.stage_api import timed_step
 from conveyor_alias_db import input_aliasing
 
 from conveyor_triton import interpreter
@@ -68,7 +69,8 @@ class TritonBackend:
             aliasing = input_aliasing(gm.graph, request.inputs)  # the fuser's AliasDb takes it
             notes.append("graph writes to tensors: not decomposed; kernels keep memory order (conveyor_alias_db)")
         elif options.get("decompose", True):
-            gm, why = decompose(request)
+            with timed_step("decompose"):  # Note [Compile timings]
+                gm, why = decompose(request)
             if why:
                 notes.append(why)
         else:

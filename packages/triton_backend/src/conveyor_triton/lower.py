@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from conveyor.stage_api import timed_step
 
 from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
 from conveyor_triton.codegen import KernelSource, StoreStrides, generate, generate_combine
@@ -157,7 +158,9 @@ def lower(
     classes: dict[torch.fx.Node, NodeClass] = {
         n: classify(n) for n in graph.nodes if n.op == "call_function"
     }
-    fuser = Fuser(graph, classes, input_aliasing)  # its AliasDb is updated in place at every merge
+    with timed_step("fuse"):  # Note [Compile timings] in conveyor.protocol.timings
+        fuser = Fuser(graph, classes, input_aliasing)  # its AliasDb is updated in place at every merge
+        order = fuser.order()
     output_node = next(n for n in graph.nodes if n.op == "output")
     outputs = list(output_node.args[0]) if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
     output_meta: dict[torch.fx.Node, Any] = {}
@@ -170,7 +173,7 @@ def lower(
     kernels: list[KernelEntry] = []
     fallbacks: list[Fallback] = []
     views = 0
-    for index in fuser.order():
+    for index in order:
         step = fuser.steps[index]
         if step.kind == "input":
             continue
@@ -192,12 +195,13 @@ def lower(
         ops = [_short(n) for n in group.members if not _is_view_member(n)]
         name = f"k{len(kernels)}_" + "_".join(dict.fromkeys(ops[:4]))
         store_strides = {n: _strides(n, output_meta) for n in stored}
-        sources: dict[Variant, KernelSource] = {
-            "generic": generate(group, stored, name, False),
-            "generic64": generate(group, stored, name, True),
-        }
-        if static:
-            sources.update(_static_kernels(group, stored, name, store_strides, options.get("launch_for")))
+        with timed_step("codegen"):
+            sources: dict[Variant, KernelSource] = {
+                "generic": generate(group, stored, name, False),
+                "generic64": generate(group, stored, name, True),
+            }
+            if static:
+                sources.update(_static_kernels(group, stored, name, store_strides, options.get("launch_for")))
         strides = tuple(store_strides[a.node] for a in sources["generic"].stores)
         steps.append(
             KernelStep(

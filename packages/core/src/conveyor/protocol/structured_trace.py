@@ -132,7 +132,10 @@ def emit_times(
                 "program": name,
                 "total_s": total,
                 "capture_s": capture,
-                "runs": [{"stage": r.stage, "label": r.label, "seconds": r.seconds} for r in runs],
+                "runs": [
+                    {"stage": r.stage, "label": r.label, "seconds": r.seconds, **({"step": r.step} if r.step else {})}
+                    for r in runs
+                ],
                 "summary": summary(),
             }
         )
