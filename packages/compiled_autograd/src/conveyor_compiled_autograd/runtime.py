@@ -88,6 +88,7 @@ class CompiledBackward:
             self._free[i].append(node)
         self._keep = set(self.plan.output.all_input_nodes)
         self._stealable = _stealable(self.plan, set(self.programs))
+        self._ops = self._prepare()
 
     @property
     def graphs(self) -> tuple[StageGraph, ...]:
@@ -117,50 +118,84 @@ class CompiledBackward:
         cleared = False
         stub_ran = False
         fresh: set[torch.fx.Node] = set()
-        for i, (kind, item) in enumerate(self.plan.steps):
-            if kind == "plumbing":
-                if item.target is operator.getitem and type(item.args[1]) is int:  # the common case, without map_arg
-                    env[item] = env[item.args[0]][item.args[1]]
-                elif item.target is self._unwrap:
-                    size = env[item.args[0]]
-                    env[item] = size.size(1) if isinstance(size, torch.Tensor) else size
-                else:
-                    env[item] = run_node(item, env, self.gm)
+        pop = env.pop
+        for op, item, a, b, free in self._ops:  # Note [Prepared steps]
+            if op == _GETITEM:
+                env[item] = env[a][b]
+            elif op == _SIZE:
+                size = env[a]
+                env[item] = size.size(1) if isinstance(size, torch.Tensor) else size
+            elif op == _PLUMBING:
+                env[item] = run_node(item, env, self.gm)
             else:
                 if not cleared:  # the lifted inputs are ours now: free activations as they are used
                     inputs.clear()
                     cleared = True
-                if kind == "segment":
-                    program = self.programs.get(id(item))
-                    if program is None:
-                        for node in item.nodes:
-                            env[node] = run_node(node, env, self.gm)
-                    else:
-                        values = [env[n] for n in item.inputs]
-                        outs = program(values)
-                        env.update(zip(item.outputs, outs, strict=True))
-                        if self._stealable:
-                            for node, ok in zip(item.outputs, fresh_outputs(values, outs), strict=True):
-                                if ok:
-                                    fresh.add(node)
-                        del values, outs
-                elif item.op == "call_function" and item.target is self._stub:
+                if op == _SEGMENT:
+                    values = [env[n] for n in item.inputs]
+                    outs = a(values)
+                    env.update(zip(item.outputs, outs, strict=True))
+                    if b:
+                        for node, ok in zip(item.outputs, fresh_outputs(values, outs), strict=True):
+                            if ok:
+                                fresh.add(node)
+                    del values, outs
+                elif op == _EAGER_SEGMENT:
+                    for node in item.nodes:
+                        env[node] = run_node(node, env, self.gm)
+                elif op == _STUB:
                     engine.run_pending()  # Note [Queued callbacks]
                     stub_ran = True
-                elif item in self._stealable and item.args[2] in fresh:  # Note [Stealing a fresh gradient]
-                    variable, variable_grad, new_grad = torch.fx.node.map_arg(item.args[:3], env.__getitem__)  # type: ignore[misc]
+                elif op == _STEAL and a[2] in fresh:  # Note [Stealing a fresh gradient]
+                    variable, variable_grad, new_grad = env[a[0]], env.get(a[1]), env[a[2]]
                     # held by env, this frame and getrefcount only (as eager checks use_count): nothing else keeps it
                     if sys.getrefcount(new_grad) > _OWN_REFS or not try_steal(variable, variable_grad, new_grad):
                         env[item] = run_node(item, env, self.gm)
                     del variable, variable_grad, new_grad
                 else:
                     env[item] = run_node(item, env, self.gm)
-            for node in self._free[i]:
-                if node not in self._keep:
-                    env.pop(node, None)
+            for node in free:
+                pop(node, None)
         if not stub_ran:
             engine.run_pending()
         return list(torch.fx.node.map_arg(self.plan.output.args[0], env.__getitem__))  # type: ignore[arg-type]
+
+    def _prepare(self) -> list[tuple[int, Any, Any, Any, tuple[torch.fx.Node, ...]]]:
+        """Note [Prepared steps]: the plan's steps as ``(op, item, a, b,
+        free)``, decided once per capture rather than on every backward (the
+        plumbing alone is hundreds of steps): a ``getitem`` of a value by an
+        int, a size, a compiled segment (with its program and whether its
+        outputs may be stolen), an accumulation that may steal (with its
+        argument nodes), and the values to drop after the step."""
+        ops: list[tuple[int, Any, Any, Any, tuple[torch.fx.Node, ...]]] = []
+        for (kind, item), free_nodes in zip(self.plan.steps, self._free, strict=True):
+            free = tuple(n for n in free_nodes if n not in self._keep)
+            if kind == "plumbing":
+                args = item.args
+                if item.target is operator.getitem and len(args) == 2 and isinstance(args[0], torch.fx.Node) and type(args[1]) is int:
+                    ops.append((_GETITEM, item, args[0], args[1], free))
+                elif item.target is self._unwrap and len(args) == 1 and isinstance(args[0], torch.fx.Node) and not item.kwargs:
+                    ops.append((_SIZE, item, args[0], None, free))
+                else:
+                    ops.append((_PLUMBING, item, None, None, free))
+            elif kind == "segment":
+                program = self.programs.get(id(item))
+                if program is None:
+                    ops.append((_EAGER_SEGMENT, item, None, None, free))
+                else:
+                    ops.append((_SEGMENT, item, program, bool(self._stealable), free))
+            elif item.op == "call_function" and item.target is self._stub:
+                ops.append((_STUB, item, None, None, free))
+            elif item in self._stealable and not item.kwargs and isinstance(item.args[0], torch.fx.Node):
+                grad = item.args[1]
+                # the current gradient: a node, or None (absent from env: env.get gives None)
+                ops.append((_STEAL, item, (item.args[0], grad if isinstance(grad, torch.fx.Node) else None, item.args[2]), None, free))
+            else:
+                ops.append((_OPAQUE, item, None, None, free))
+        return ops
+
+
+_GETITEM, _SIZE, _PLUMBING, _SEGMENT, _EAGER_SEGMENT, _STUB, _STEAL, _OPAQUE = range(8)
 
 
 def _stealable(plan: Plan, compiled: set[int]) -> set[torch.fx.Node]:
