@@ -47,6 +47,7 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, DimDynamic, Shap
 from torch.utils._python_dispatch import _disable_current_modes
 
 from conveyor_compiled_autograd.plan import Segment, run_node
+from conveyor_compiled_autograd.simplify import simplify
 
 STAGE = "compiled_autograd"
 
@@ -253,7 +254,11 @@ class SegmentProgram:
             with torch.no_grad():
                 gm = retrace(program, fakes, fake_mode)
             request = Request(gm, tuple(fakes), fake_mode, grad_enabled=False, label=self.label)
-            pipeline = self.pipeline if any(writes(n) for n in gm.graph.nodes) else self.functional_pipeline
+            if any(writes(n) for n in gm.graph.nodes):
+                pipeline = self.pipeline
+            else:
+                pipeline = self.functional_pipeline
+                simplify(gm)  # Note [Simplified segments]
             compiled, graphs = pipeline.compile(request)
             code = shape_env.produce_guards_expression(fakes) if shape_env is not None else None
         except Uncompilable:
