@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -65,6 +65,8 @@ class KernelStep:
     launch_for: str | None = None
     #: where the outputs go when the kernel loads nothing (read off the graph at compile time)
     device: torch.device | None = None
+    #: the post views' calls (Note [Node calls]), built at the first run
+    _view_calls: Any = None
 
     def __post_init__(self) -> None:
         if self.device is None and self.kernel.stores:
@@ -73,7 +75,15 @@ class KernelStep:
     def __getstate__(self) -> dict[str, Any]:
         # Note [Picklable run-time callables] in conveyor.protocol.artifacts: the loaded
         # jit functions are not stored; fn() loads them again from the sources
-        return {**self.__dict__, "_fns": {}, "files": {}, "_bound": {}}
+        return {**self.__dict__, "_fns": {}, "files": {}, "_bound": {}, "_view_calls": None}
+
+    def run_views(self, env: dict[torch.fx.Node, Any]) -> None:
+        """Take the post views of the stored values (Note [Node calls])."""
+        calls = self._view_calls
+        if calls is None:
+            calls = self._view_calls = tuple((v, node_call(v)) for v in self.post_views)
+        for view, call in calls:
+            env[view] = call(env)
 
     @property
     def kernel(self) -> KernelSource:
@@ -94,17 +104,19 @@ class KernelStep:
 
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
         k = self.kernel
-        wrong = [(a.node, env[a.node].dtype, a.dtype) for a in k.loads if env[a.node].dtype != a.dtype]
-        if wrong:
-            self.run_as_aten(env, wrong)
-            return
-        if k.launch is not None and all(
-            env[a.node].stride() == a.layout[1] and env[a.node].shape == a.layout[0]  # type: ignore[index]
-            for a in k.loads
-        ):
+        static = k.launch is not None
+        for a in k.loads:
+            t = env[a.node]
+            if t.dtype != a.dtype:
+                wrong = [(b.node, env[b.node].dtype, b.dtype) for b in k.loads if env[b.node].dtype != b.dtype]
+                self.run_as_aten(env, wrong)
+                return
+            if static and (t.stride() != a.layout[1] or t.shape != a.layout[0]):  # type: ignore[index]
+                static = False
+        if static:
             self.run_static(env, k)
-            return
-        self.run_generic(env)
+        else:
+            self.run_generic(env)
 
     def run_static(self, env: dict[torch.fx.Node, Any], k: KernelSource) -> None:
         """Launch the static kernel (a split reduction's two: Note [Split
@@ -124,8 +136,7 @@ class KernelStep:
                 env[store.node] = out
             if k.xnumel > 0:
                 self._launch("combine", second, stores, outs)
-        for view in self.post_views:
-            env[view] = run_node(view, env, None)
+        self.run_views(env)
 
     def _allocate(self, stores: Sequence[TensorArg], device: Any, poison: bool) -> list[torch.Tensor]:
         outs = []
@@ -191,8 +202,7 @@ class KernelStep:
                 metrics.record("kernel", tensors, outs)
             if metrics.watched():
                 metrics.launched(self.sources[variant], args, blocks)
-        for view in self.post_views:
-            env[view] = run_node(view, env, None)
+        self.run_views(env)
 
     def run_as_aten(self, env: dict[torch.fx.Node, Any], wrong: list[tuple[torch.fx.Node, torch.dtype, torch.dtype]]) -> None:
         """Note [Meta dtypes that differ from eager]: an aten fallback returned
@@ -211,8 +221,7 @@ class KernelStep:
             self._warned = True
         for node in self.members:
             env[node] = run_node(node, env, None)
-        for view in self.post_views:
-            env[view] = run_node(view, env, None)
+        self.run_views(env)
 
 
 # Note [Bound launches]: a launch through Triton's ``JITFunction`` binds and
@@ -279,17 +288,59 @@ def run_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], module: torch.f
     return node.target(*args, **kwargs)  # type: ignore[operator]
 
 
+# Note [Node calls]: a program runs each aten call and view on every call of
+# the compiled function; walking the node's arguments with ``map_arg`` each
+# time (twice: args and kwargs) cost about as much as the call itself on a
+# training step's hundred views and fallbacks. :func:`node_call` writes the
+# call once as a Python function of the environment, ``target(env[a], 2,
+# [env[b], env[c]])``, with constants bound by name, and the steps call that;
+# it is rebuilt after unpickling (Note [Picklable run-time callables]).
+
+
+def node_call(node: torch.fx.Node) -> Callable[[dict[torch.fx.Node, Any]], Any]:
+    """``node``'s call (a ``call_function`` node) as a function of the
+    environment (Note [Node calls])."""
+    bound: dict[str, Any] = {"target": node.target}
+
+    def emit(a: Any) -> str:
+        if isinstance(a, torch.fx.Node):
+            name = f"n{len(bound)}"
+            bound[name] = a
+            return f"env[{name}]"
+        if isinstance(a, (list, tuple)):  # fx's immutable_list too; a torch.Size becomes a tuple
+            inner = ", ".join(emit(x) for x in a)
+            if isinstance(a, list):
+                return f"[{inner}]"
+            return f"({inner},)" if inner else "()"
+        name = f"c{len(bound)}"
+        bound[name] = a
+        return name
+
+    if any(isinstance(v, dict) for v in (*node.args, *node.kwargs.values())):  # not written out: walked per call
+        return lambda env: run_node(node, env, None)
+    parts = [emit(a) for a in node.args] + [f"{k}={emit(v)}" for k, v in node.kwargs.items()]
+    return eval(f"lambda env: target({', '.join(parts)})", bound)  # noqa: S307 - our own source
+
+
 @dataclass
 class AtenStep:
     node: torch.fx.Node
     module: torch.fx.GraphModule
+    _call: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_call": None}  # Note [Node calls]: rebuilt when first run
 
     def reads(self) -> set[torch.fx.Node]:
         """The values this step reads from the environment."""
         return set(self.node.all_input_nodes)
 
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
-        env[self.node] = out = run_node(self.node, env, self.module)
+        call = self._call
+        if call is None:
+            node = self.node
+            call = self._call = node_call(node) if node.op == "call_function" else (lambda e: run_node(node, e, self.module))
+        env[self.node] = out = call(env)
         if metrics.active() and self.launches:
             reads = [env[n] for n in self.node.all_input_nodes]
             metrics.record("aten", reads, [out])
