@@ -15,7 +15,9 @@ time after warm-up. Each variant runs in a fresh process with an empty
 Inductor cache folder (``TORCHINDUCTOR_CACHE_DIR``) and conveyor's disk cache
 off, so no first call is served by another's compile; ``--warm`` shares one
 Inductor cache folder between the variants and runs each twice, reporting
-the second (a warm FX graph cache). Ratios are against ``torch.compile(m)``.
+the second (a warm FX graph cache). Ratios are against ``torch.compile(m)``;
+the last lines count Inductor's FX graph cache hits, misses and bypasses of
+each measured process.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/inductor_backend.py``
 (``--iters N``, ``--only NAME``, ``--warm``).
@@ -104,6 +106,10 @@ def child(variant: str, iters: int) -> dict[str, float]:
             call()
             times.append(time.perf_counter() - start)
         results[f"{mode} per call"] = statistics.median(times)
+    from torch._dynamo.utils import counters
+
+    for k in ("hit", "miss", "bypass"):
+        results[f"fx graph cache {k}"] = counters["inductor"][f"fxgraph_cache_{k}"]
     return results
 
 
@@ -148,6 +154,10 @@ def main() -> None:
             ratio = f" ({row[c] / base[c]:.2f}x)" if base else ""
             cells.append(f"{value:.2f} {unit}{ratio}")
         print(f"{variant:34}" + "".join(f"{cell:>26}" for cell in cells))
+    print("Inductor's FX graph cache (both modes, the measured process): hit / miss / bypass")
+    for variant, row in rows.items():
+        if variant != "eager":
+            print(f"  {variant:32}" + " / ".join(str(int(row.get(f"fx graph cache {k}", 0))) for k in ("hit", "miss", "bypass")))
 
 
 if __name__ == "__main__":
