@@ -21,6 +21,11 @@ backend fails while it is built, with a ``StageError`` naming the stage and
 what is missing, instead of at the first compile. A pipeline that does not
 choose it never probes it.
 
+What Inductor's FX graph cache needs (a ``TracingContext`` of a fake mode
+with a ``ShapeEnv``) is probed apart, in ``fx_cache.api``, and is optional:
+a torch without it compiles every graph with the cache off (Note [Inductor's
+FX graph cache]).
+
 A C++ compiler is needed only for graphs on CPU (Inductor's CPU code is C++
 it builds; on CUDA it writes Triton), so :func:`require_cxx` is asked at
 compile time, once the inputs' devices are known.
