@@ -249,6 +249,9 @@ GPU_LAUNCH_CASES = [
     (lambda x: (x * x).sum(), lambda: (torch.randn(5000),)),
     (lambda x: (x.sum(0), (x * 3).amax(0)), lambda: (torch.randn(3000, 16),)),  # outer
     (lambda x: x.sum(-1), lambda: (torch.randint(-100, 100, (2, 5000), dtype=torch.int32),)),
+    # sums over no elements are 0 (a linear layer's bias gradient for an empty batch)
+    (lambda x: ((x * 2).sum(0), x.sum(-1)), lambda: (torch.randn(0, 5),)),
+    (lambda x: (x + 1).sum(-1), lambda: (torch.randn(3, 0),)),
 ]
 
 

@@ -128,7 +128,7 @@ class KernelStep:
         if second is None:
             for store, out in zip(k.stores, stores):
                 env[store.node] = out
-        if k.xnumel > 0 and (k.rnumel is None or k.rnumel > 0):
+        if k.xnumel > 0:  # rows of no elements still launch: their sums are 0
             self._launch("static", k, loads, stores)
         if second is not None:
             outs = self._allocate(second.stores, device, poison=True)
@@ -188,7 +188,7 @@ class KernelStep:
         if k.rnumel is not None:
             args.append(k.rnumel)
         total = k.xnumel * (k.rnumel or 1)
-        if total > 0 and k.xnumel > 0:
+        if k.xnumel > 0:  # rows of no elements still launch: their sums are 0
             variant: Variant = (
                 "generic64" if needs_index64(total, [(t.shape, t.stride()) for t in [*tensors, *outs]]) else "generic"
             )
