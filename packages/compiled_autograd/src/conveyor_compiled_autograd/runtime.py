@@ -120,11 +120,14 @@ class CompiledBackward:
         fresh: set[torch.fx.Node] = set()
         pop = env.pop
         for op, item, a, b, free in self._ops:  # Note [Prepared steps]
-            if op == _GETITEM:
+            if op == _GETITEMS:
+                env.update(zip(item, b(env[a]), strict=True))
+            elif op == _SIZES:
+                for node, source in zip(item, a, strict=True):
+                    size = env[source]
+                    env[node] = size.size(1) if isinstance(size, torch.Tensor) else size
+            elif op == _GETITEM:
                 env[item] = env[a][b]
-            elif op == _SIZE:
-                size = env[a]
-                env[item] = size.size(1) if isinstance(size, torch.Tensor) else size
             elif op == _PLUMBING:
                 env[item] = run_node(item, env, self.gm)
             else:
@@ -175,7 +178,7 @@ class CompiledBackward:
                 if item.target is operator.getitem and len(args) == 2 and isinstance(args[0], torch.fx.Node) and type(args[1]) is int:
                     ops.append((_GETITEM, item, args[0], args[1], free))
                 elif item.target is self._unwrap and len(args) == 1 and isinstance(args[0], torch.fx.Node) and not item.kwargs:
-                    ops.append((_SIZE, item, args[0], None, free))
+                    ops.append((_SIZES, (item,), (args[0],), None, free))
                 else:
                     ops.append((_PLUMBING, item, None, None, free))
             elif kind == "segment":
@@ -192,10 +195,42 @@ class CompiledBackward:
                 ops.append((_STEAL, item, (item.args[0], grad if isinstance(grad, torch.fx.Node) else None, item.args[2]), None, free))
             else:
                 ops.append((_OPAQUE, item, None, None, free))
-        return ops
+        return _batched(ops)
 
 
-_GETITEM, _SIZE, _PLUMBING, _SEGMENT, _EAGER_SEGMENT, _STUB, _STEAL, _OPAQUE = range(8)
+_GETITEM, _GETITEMS, _SIZES, _PLUMBING, _SEGMENT, _EAGER_SEGMENT, _STUB, _STEAL, _OPAQUE = range(9)
+
+
+def _batched(ops: list[tuple[int, Any, Any, Any, tuple[torch.fx.Node, ...]]]) -> list[tuple[int, Any, Any, Any, tuple[torch.fx.Node, ...]]]:
+    """Consecutive ``getitem``s of one value become one step (an
+    ``itemgetter``), consecutive sizes one step (Note [Prepared steps]);
+    what they free is freed after the batch."""
+    out: list[tuple[int, Any, Any, Any, tuple[torch.fx.Node, ...]]] = []
+    k = 0
+    while k < len(ops):
+        op, item, a, b, free = ops[k]
+        end = k + 1
+        if op == _GETITEM:
+            while end < len(ops) and ops[end][0] == _GETITEM and ops[end][2] is a:
+                end += 1
+            if end - k >= 2:
+                run = ops[k:end]
+                getter = operator.itemgetter(*(r[3] for r in run))
+                out.append((_GETITEMS, tuple(r[1] for r in run), a, getter, tuple(n for r in run for n in r[4])))
+                k = end
+                continue
+        elif op == _SIZES:
+            while end < len(ops) and ops[end][0] == _SIZES:
+                end += 1
+            run = ops[k:end]
+            nodes = tuple(n for r in run for n in r[1])
+            sources = tuple(n for r in run for n in r[2])
+            out.append((_SIZES, nodes, sources, None, tuple(n for r in run for n in r[4])))
+            k = end
+            continue
+        out.append(ops[k])
+        k += 1
+    return out
 
 
 def _stealable(plan: Plan, compiled: set[int]) -> set[torch.fx.Node]:
