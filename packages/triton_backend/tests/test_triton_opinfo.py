@@ -24,7 +24,7 @@ FALLS_BACK = {
 # (op, dtype) -> reason, for samples known to differ from eager
 XFAIL: dict[tuple[str, torch.dtype], str] = {}
 
-INT_OPS = "add sub mul neg abs eq lt ge maximum minimum where bitwise_not bitwise_and bitwise_or bitwise_xor sum amax amin".split()
+INT_OPS = "add sub mul neg abs eq lt ge maximum minimum where bitwise_not bitwise_and bitwise_or bitwise_xor sum amax amin argmax argmin".split()
 
 # every op in bool and the integer types (the samples in dtypes an op does not support are skipped)
 EXACT_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int64)

@@ -28,7 +28,7 @@ OPS = (
     "where eq ne lt le gt ge logical_not logical_and logical_or logical_xor bitwise_not bitwise_and "
     "bitwise_or bitwise_xor isnan isinf pow square full_like zeros_like ones_like clone "
     "sum mean amax amin softmax log_softmax var var_mean std nn.functional.layer_norm nn.functional.gelu "
-    "nn.functional.silu"
+    "nn.functional.silu argmax argmin cat cumsum"
 ).split()
 
 TOLERANCE: dict[torch.dtype, tuple[float | None, float | None]] = {

@@ -2,7 +2,9 @@
 
 * ``pointwise``: one output element from the same element of each operand
   (after broadcasting); written as a Triton expression (``conveyor_triton.ops``).
-* ``reduction``: ``sum`` / ``amax`` / ``amin`` over some dimensions.
+* ``reduction``: ``sum`` / ``amax`` / ``amin`` over some dimensions, and
+  ``argmax`` / ``argmin`` over one dimension or the flattened tensor (Note
+  [Arg reductions] in ``conveyor_triton.codegen``).
 * ``view``: a view op. Inside a fusion group an order-keeping view
   (``view``, ``unsqueeze``, ``squeeze``, ...) is free; otherwise it runs as the
   aten view on the real tensor, which copies nothing, and kernels read the
@@ -23,20 +25,29 @@ import torch.fx
 from conveyor.stage_api import is_view, writes
 
 from conveyor_triton.dtypes import SUPPORTED
-from conveyor_triton.ops import RULES, Value
+from conveyor_triton.ops import RULES, SHIFTED, Value
 
-__all__ = ["ORDER_KEEPING_VIEWS", "REDUCTIONS", "NodeClass", "classify", "is_view", "static_tensor", "writes"]
+__all__ = ["ARG_REDUCTIONS", "ORDER_KEEPING_VIEWS", "REDUCTIONS", "SCANS", "NodeClass", "classify", "is_view", "static_tensor", "writes"]
 
 aten = torch.ops.aten
 
-Category = Literal["pointwise", "reduction", "view", "fallback"]
+Category = Literal["pointwise", "reduction", "scan", "view", "fallback"]
+
+#: scans along one dimension: a full value of a row group over that dimension
+#: (Note [Scans] in ``conveyor_triton.codegen``)
+SCANS: dict[Any, str] = {aten.cumsum.default: "cumsum"}
 
 REDUCTIONS: dict[Any, str] = {
     aten.sum.dim_IntList: "sum",
     aten.sum.default: "sum",
     aten.amax.default: "max",
     aten.amin.default: "min",
+    aten.argmax.default: "argmax",
+    aten.argmin.default: "argmin",
 }
+
+#: reductions whose result is the index of an element, not a value
+ARG_REDUCTIONS = ("argmax", "argmin")
 
 # views that keep the row-major order of elements: identities on a linear index
 ORDER_KEEPING_VIEWS = {
@@ -86,7 +97,7 @@ def classify(node: torch.fx.Node) -> NodeClass:
     out = node.meta.get("val")
     if node.target in ORDER_KEEPING_VIEWS or is_view(node) or node.target is operator.getitem:
         return NodeClass("view")
-    if node.target not in RULES and node.target not in REDUCTIONS:
+    if node.target not in RULES and node.target not in REDUCTIONS and node.target not in SCANS:
         return NodeClass("fallback", f"no lowering for {node.target}")
     if not static_tensor(out):
         return NodeClass("fallback", "output is not a statically shaped tensor of a supported dtype")
@@ -100,6 +111,10 @@ def classify(node: torch.fx.Node) -> NodeClass:
         return NodeClass("fallback", f"device {out.device.type}")
     if node.target in REDUCTIONS:
         return _classify_reduction(node, out)
+    if node.target in SCANS:
+        return _classify_scan(node, out)
+    if node.target in SHIFTED:  # every input a tensor of a supported dtype, checked above
+        return NodeClass("pointwise")
     return _classify_pointwise(node, out)
 
 
@@ -110,7 +125,21 @@ def _classify_reduction(node: torch.fx.Node, out: torch.Tensor) -> NodeClass:
         return NodeClass("fallback", f"{kind} of an empty tensor (eager raises)")
     if kind != "sum" and out.dtype is torch.bool:
         return NodeClass("fallback", f"{kind} of bool")
+    if kind in ARG_REDUCTIONS and x.dtype is torch.bool:
+        return NodeClass("fallback", f"{kind} of bool (eager raises)")
     return NodeClass("reduction")
+
+
+def _classify_scan(node: torch.fx.Node, out: torch.Tensor) -> NodeClass:
+    x = node.args[0].meta["val"]  # type: ignore[union-attr]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if x.dim() == 0 or not isinstance(dim, int):
+        return NodeClass("fallback", "a scan of a 0-dim tensor")
+    if x.numel() == 0:
+        return NodeClass("fallback", "a scan of an empty tensor")
+    if x.dtype.is_floating_point and not out.dtype.is_floating_point:
+        return NodeClass("fallback", "a float to integer conversion (undefined in Triton for NaN and out-of-range values)")
+    return NodeClass("scan")
 
 
 def _classify_pointwise(node: torch.fx.Node, out: torch.Tensor) -> NodeClass:

@@ -40,11 +40,11 @@ from typing import cast as typed
 import torch
 import torch.fx
 
-from conveyor_triton.classify import REDUCTIONS
+from conveyor_triton.classify import ARG_REDUCTIONS, REDUCTIONS, SCANS
 from conveyor_triton.dtypes import cast, compute_dtype, from_stored, literal, tl_type, to_stored
 from conveyor_triton.fusion import Group
 from conveyor_triton.launch import Launch
-from conveyor_triton.ops import RULES, Value
+from conveyor_triton.ops import RULES, SHIFTED, Value
 
 #: a static kernel's strides for each value it stores
 StoreStrides = dict[torch.fx.Node, tuple[int, ...]]
@@ -243,6 +243,10 @@ class _Writer:
             return self.memo[key]
         if node.target in REDUCTIONS:
             name = self.reduction(node)
+        elif node.target in SHIFTED:
+            name = self.cat(node, scope, out, indent)
+        elif node.target in SCANS:
+            name = self.scan(node, scope, out, indent)
         elif node.target not in RULES:  # an order-keeping view: the same value
             name = self.value(node.args[0], scope, out, indent)  # type: ignore[arg-type]
         else:
@@ -258,6 +262,121 @@ class _Writer:
             return Value(self.value(arg, scope, out, indent), val.dtype, ndim=val.dim())
         shape = self.group.evaluate_at.get(node, tuple(node.meta["val"].shape))
         return Value(self.load(arg, shape, scope, out, indent), val.dtype, ndim=val.dim())
+
+    def cat(self, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> str:
+        """Note [Cat in a group]: ``cat`` as a pointwise value. Its element's
+        coordinate along the cat dimension says which input's segment holds it;
+        each input is loaded with that condition in its mask (other elements
+        read nothing) and the values are chosen with ``tl.where``, each
+        converted to the output's dtype (eager's promotion). Its inputs are
+        read from memory, never as members of the group (the fuser keeps them
+        out: ``ops.SHIFTED``). A static kernel addresses an input as if it had
+        the output's shape (its strides, shifted back by its segment's start),
+        so a contiguous input stays contiguous along the rows; a generic one
+        rebuilds the input's own linear index from the output's coordinates.
+        Empty inputs (eager skips a 1-D tensor of size 0 of any rank) load
+        nothing."""
+        val = node.meta["val"]
+        out_shape, rank = tuple(val.shape), val.dim()
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        d = typed(int, dim) % rank
+        at = self.group.evaluate_at.get(node, out_shape)
+        d_at = d + len(at) - rank
+        index, mask = self.scope_index(scope)
+        if self.group.members[node] == "row" and self.row_group:
+            index, mask = "xindex", "xmask"
+        var = self.xvar if index == "xindex" else index
+        permute = self.perm(scope)
+        order = list(permute) if permute is not None else list(range(len(at)))
+
+        def coordinate(j: int) -> str:
+            pos = order.index(j)
+            div = 1
+            for p in order[pos + 1 :]:
+                div *= at[p]
+            return self.coord(var, div, at[j], scope, out, indent)
+
+        parts: list[tuple[int, torch.fx.Node]] = []
+        start = 0
+        for a in typed(list, node.args[0]):
+            shape = tuple(a.meta["val"].shape)
+            if len(shape) != rank or shape[d] == 0:
+                continue  # empty: no segment
+            parts.append((start, a))
+            start += shape[d]
+        c = coordinate(d_at) if out_shape[d] == at[d_at] and len(parts) > 1 else "0"
+        result: str | None = None
+        for k in range(len(parts) - 1, -1, -1):
+            lo, a = parts[k]
+            a_val = a.meta["val"]
+            hi = lo + a_val.shape[d]
+            conds = [mask]
+            if k > 0:
+                conds.append(f"({c} >= {lo})")
+            if k < len(parts) - 1:
+                conds.append(f"({c} < {hi})")
+            if self.launch is not None:
+                own = (tuple(a_val.shape), tuple(a_val.stride()))
+                arg = TensorArg(a, at, permute, a_val.dtype, own)
+                prefix = self._load_arg(arg)
+                off = self.address(prefix, arg, index, scope, out, indent)
+                shift = lo * _expanded(own[0], own[1], at)[d_at]
+                addr = f"{prefix} + {off}" + (f" - {shift}" if shift else "")
+            else:
+                arg = TensorArg(a, tuple(a_val.shape), None, a_val.dtype)
+                prefix = self._load_arg(arg)
+                terms, step = [], 1
+                pad = len(at) - rank
+                for j in range(len(at) - 1, pad - 1, -1):
+                    size = a_val.shape[j - pad]
+                    if size != 1:
+                        cj = coordinate(j) if j != d_at else f"({c} - {lo})"
+                        terms.append(cj if step == 1 else f"{cj} * {step}")
+                    step *= size
+                li = self.fresh("i")
+                out.append(f"{indent}{li} = {' + '.join(terms) or f'{var} * 0'}")
+                addr = f"{prefix} + {self.offset(prefix, arg.rank, li, out, indent)}"
+            name = self.fresh("l")
+            loaded = from_stored(f"tl.load({addr}, mask={' & '.join(conds)}, other=0)", a_val.dtype)
+            out.append(f"{indent}{name} = {Value(loaded, a_val.dtype).to(compute_dtype(val.dtype))}")
+            result = name if result is None else f"tl.where({c} < {hi}, {name}, {result})"
+        if result is None:  # every input empty: the output is too, no element is read
+            result = f"tl.zeros({self.block(scope)}, {tl_type(compute_dtype(val.dtype))})"
+        name = self.fresh("v")
+        out.append(f"{indent}{name} = {result}")
+        return name
+
+    def scan(self, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> str:
+        """Note [Scans]: ``cumsum`` along a dimension, a full value of a row
+        group over that dimension (a permuted group for another dimension than
+        the last: Note [Permuted groups]), ``tl.cumsum`` over the tile's rows, in
+        the output's compute dtype; narrow integers and bool in int64 as
+        eager). A persistent kernel scans the whole row at once; a loop over
+        the row (chunks in order) adds a carry, the sum of the chunks before,
+        set to zero before the loop that computes the value. A scan is never
+        split (``lower._splittable``)."""
+        source = node.args[0]
+        dtype = compute_dtype(node.meta["val"].dtype)
+        if source in self.group.members:
+            val = self.value(source, scope, out, indent)  # type: ignore[arg-type]
+        else:
+            val = self.load(source, tuple(source.meta["val"].shape), scope, out, indent)  # type: ignore[arg-type, union-attr]
+        src_dtype = source.meta["val"].dtype  # type: ignore[union-attr]
+        v, name = self.fresh("t"), self.fresh("s")
+        out.append(f"{indent}{v} = tl.where(fmask, {Value(val, src_dtype).to(dtype)}, 0)")
+        if self.persistent:
+            out.append(f"{indent}{name} = tl.cumsum({v}, 1)")
+            return name
+        carry = self.fresh("carry")
+        self.lines.append(f"    {carry} = tl.zeros([XBLOCK, 1], {tl_type(dtype)})")
+        out.append(f"{indent}{name} = tl.cumsum({v}, 1) + {carry}")
+        out.append(f"{indent}{carry} = {carry} + tl.sum({v}, 1)[:, None]")
+        return name
+
+    def _load_arg(self, arg: TensorArg) -> str:
+        if arg not in self.load_args:
+            self.load_args.append(arg)
+        return f"in{self.load_args.index(arg)}"
 
     def block(self, scope: str) -> str:
         if not self.row_group:
@@ -291,6 +410,8 @@ class _Writer:
         else:
             val = self.load(source, tuple(source.meta["val"].shape), loop, body, indent)  # type: ignore[arg-type, union-attr]
         src_dtype = source.meta["val"].dtype  # type: ignore[union-attr]
+        if kind in ARG_REDUCTIONS:
+            return self.arg_reduction(kind, val, compute_dtype(src_dtype), body)
         val = cast(val, src_dtype, out_dtype) if out_dtype is not src_dtype else val
         if acc_dtype is not out_dtype:
             val = cast(val, out_dtype, acc_dtype)
@@ -322,6 +443,47 @@ class _Writer:
                 self.lines.append(
                     f"    {name} = tl.where(tl.max(({acc} != {acc}).to(tl.int32), 1)[:, None] > 0, float(\"nan\"), {name})"
                 )
+        return name
+
+    def arg_reduction(self, kind: str, val: str, dtype: torch.dtype, body: list[str]) -> str:
+        """Note [Arg reductions]: ``argmax`` / ``argmin`` as eager computes them:
+        the index of the first extreme value of the row, a NaN counting as the
+        extreme (the first NaN wins). Each lane of the tile keeps its best value
+        and that value's index (``rnumel``: none yet); chunks come in index
+        order, so a lane replaces its value only by a strictly better one and
+        keeps the first of equals. The row's result is then the smallest index
+        among the lanes holding the row's extreme (a NaN if the row has one),
+        two plain ``tl.max`` / ``tl.min`` reductions; Triton's ``tl.argmax``
+        is not used (its NaN handling is not eager's)."""
+        acc, idx, name, v, ext = self.fresh("acc"), self.fresh("idx"), self.fresh("r"), self.fresh("t"), self.fresh("m")
+        floating = dtype.is_floating_point
+        op = ">" if kind == "argmax" else "<"
+        init = _INIT[kind[3:]] if floating else _int_init(kind[3:], dtype)
+        if self.persistent:
+            self.lines.append(f"    {v} = {val}")
+            self.lines.append(f"    {acc} = tl.where(fmask, {v}, {init})")
+            self.lines.append(f"    {idx} = tl.where(fmask, rindex, rnumel)")
+        else:
+            index = "tl.int64" if self.index64 else "tl.int32"
+            take = self.fresh("take")
+            self.lines.append(f"    {acc} = tl.full([XBLOCK, RBLOCK], {init}, {tl_type(dtype)})")
+            self.lines.append(f"    {idx} = tl.zeros([XBLOCK, RBLOCK], {index}) + rnumel")
+            self.lines.extend(self.loop_header())
+            self.lines.extend(body)
+            self.lines.append(f"        {v} = {val}")
+            better = f"({v} {op} {acc})"
+            if floating:  # a NaN replaces a number, nothing replaces a NaN
+                better = f"((({v} {op} {acc}) | ({v} != {v})) & ({acc} == {acc}))"
+            self.lines.append(f"        {take} = fmask & ({better} | ({idx} == rnumel))")
+            self.lines.append(f"        {acc} = tl.where({take}, {v}, {acc})")
+            self.lines.append(f"        {idx} = tl.where({take}, rindex, {idx})")
+        fn = "tl.max" if kind == "argmax" else "tl.min"
+        self.lines.append(f"    {ext} = {fn}({acc}, 1)[:, None]")
+        hit = f"({acc} == {ext})"
+        if floating:
+            nan = f"(tl.max(({acc} != {acc}).to(tl.int32), 1)[:, None] > 0)"
+            hit = f"tl.where({nan}, {acc} != {acc}, {hit})"
+        self.lines.append(f"    {name} = tl.min(tl.where(({idx} < rnumel) & {hit}, {idx}, rnumel), 1)[:, None].to(tl.int64)")
         return name
 
     def loop_header(self) -> list[str]:

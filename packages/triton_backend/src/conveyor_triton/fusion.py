@@ -72,7 +72,7 @@ from conveyor_triton.domain import Kind, access_ok, broadcasts, reduction_dims, 
 from conveyor_triton.domain import numel as _numel
 from conveyor_triton.domain import shape as _shape
 from conveyor_triton.merge import merge
-from conveyor_triton.ops import RULES
+from conveyor_triton.ops import RULES, SHIFTED
 from conveyor_triton.record import Working
 from conveyor_triton.steps import Ancestors, Group, Step, StepGraph
 
@@ -130,6 +130,8 @@ class Fuser:
                 self._pointwise(node, position)
             elif cast(NodeClass, cls).category == "reduction":
                 self._reduction(node, position)
+            elif cast(NodeClass, cls).category == "scan":
+                self._scan(node, position)
             elif cast(NodeClass, cls).category == "view":
                 self._view(node, position)
             else:
@@ -155,7 +157,7 @@ class Fuser:
 
     def _barrier(self, node: torch.fx.Node) -> bool:
         cls = self.classes.get(node)
-        return cls is None or cls.category not in ("pointwise", "reduction")  # views, aten calls, get_attr
+        return cls is None or cls.category not in ("pointwise", "reduction", "scan")  # views, aten calls, get_attr
 
     def _order(self, node: torch.fx.Node) -> set[int]:
         """Steps ``node`` must run after besides its data (Note [Write order]): those
@@ -180,6 +182,8 @@ class Fuser:
     def _join(self, node: torch.fx.Node, group: Group, kind: Kind, ancestors: Ancestors | None = None) -> bool:
         """Add ``node`` to ``group`` unless that would make a cycle (``ancestors``:
         those of ``_outside(node, group)``, when the caller has them)."""
+        if node.target in SHIFTED and set(node.all_input_nodes) & set(group.members):
+            return False  # it reads its inputs at other indexes: from memory (Note [Cat in a group])
         outside = self._outside(node, group)
         if (ancestors or self.graph.ancestors(outside)).include(group.step):
             return False
@@ -331,6 +335,8 @@ class Fuser:
                 continue
             if a_kind == "full" and group.shape not in (None, at or _shape(a)):
                 continue
+            if a.target in SHIFTED and set(a.all_input_nodes) & set(group.members):
+                continue
             if at is None and not self.access(a, group, node, kind, a_kind):
                 continue
             if self.graph.reaches(self.graph.deps(alone.step), group.step):
@@ -398,6 +404,17 @@ class Fuser:
             group.perm, group.shape, group.reduced = perm, shape, tuple(perm[len(perm) - len(dims) :])
         if first:
             self.reducing(group)
+
+    def _scan(self, node: torch.fx.Node, position: int) -> None:
+        """A scan along a dimension starts a row group over that dimension (a
+        permuted one for another dimension than the last: Note [Permuted
+        groups]), as a full value (Note [Scans] in ``conveyor_triton.codegen``);
+        its users join it as they join any group."""
+        shape = _shape(node)
+        d = cast(int, node.args[1] if len(node.args) > 1 else node.kwargs["dim"]) % len(shape)
+        perm = None if d == len(shape) - 1 else (*(k for k in range(len(shape)) if k != d), d)
+        group = self._new_group(node, "full", position, math.prod(shape))
+        self._set_reduction(group, shape, perm, (d,), shape[d], math.prod(shape) // shape[d])
 
     def _view(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]

@@ -12,7 +12,7 @@ import torch
 import torch.fx
 from conveyor.stage_api import timed_step
 
-from conveyor_triton.classify import REDUCTIONS, NodeClass, classify
+from conveyor_triton.classify import ARG_REDUCTIONS, REDUCTIONS, SCANS, NodeClass, classify
 from conveyor_triton.codegen import KernelSource, StoreStrides, generate, generate_combine
 from conveyor_triton.domain import contiguous_strides
 from conveyor_triton.dtypes import rounds_explicitly
@@ -24,7 +24,7 @@ from conveyor_triton.report import Fallback, KernelEntry, Report
 
 
 def _is_view_member(node: torch.fx.Node) -> bool:
-    return node.target not in RULES and node.target not in REDUCTIONS
+    return node.target not in RULES and node.target not in REDUCTIONS and node.target not in SCANS
 
 
 def _outside(node: torch.fx.Node, group: Group) -> bool:
@@ -104,9 +104,13 @@ def _static_kernels(
 def _splittable(group: Group, stored: list[torch.fx.Node]) -> bool:
     """Whether every value ``group`` stores is a reduction whose source reads no
     reduction of the group (Note [Split reductions]: a chunk's partial result
-    must not feed anything but the second kernel)."""
+    must not feed anything but the second kernel); never a group with an
+    ``argmax`` / ``argmin``, whose partial results would be (value, index)
+    pairs (Note [Arg reductions] in ``conveyor_triton.codegen``)."""
     if group.reduce is None or not all(n.target in REDUCTIONS for n in stored):
         return False
+    if any(REDUCTIONS.get(n.target) in ARG_REDUCTIONS or n.target in SCANS for n in group.members):
+        return False  # a scan's chunk would start from zero
     for node in group.members:
         if node.target in REDUCTIONS and _reads_a_reduction(node.args[0], group):  # type: ignore[arg-type]
             return False

@@ -24,7 +24,7 @@ import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS
 from conveyor_triton.domain import Kind, shape
-from conveyor_triton.ops import RULES
+from conveyor_triton.ops import RULES, SHIFTED
 from conveyor_triton.steps import Group, StepGraph
 
 
@@ -67,6 +67,8 @@ def _reads_ok(fuser: Fusing, merged: Group, members: dict[torch.fx.Node, Kind], 
             continue
         if m.target not in RULES:
             continue  # an order-keeping view: its source is in its own old group
+        if m.target in SHIFTED and any(a in members for a in m.all_input_nodes):
+            return False  # Note [Cat in a group] in conveyor_triton.codegen
         for i in RULES[m.target].reads:
             a = m.args[i] if i < len(m.args) else None
             if isinstance(a, torch.fx.Node) and a in members and (a in other) != (m in other):

@@ -301,6 +301,16 @@ def _constant(position: int) -> Emit:
     return emit
 
 
+def _written_by_codegen(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
+    """``cat`` reads each input at its own index, not at the output's: the code
+    generator writes it (Note [Cat in a group] in ``conveyor_triton.codegen``)."""
+    return None
+
+
+#: pointwise ops whose inputs are read at another index than the output's: an
+#: input of one is never a member of its group (Note [Cat in a group])
+SHIFTED = {aten.cat.default}
+
 RULES: dict[Any, Rule] = {
     aten.add.Tensor: Rule((0, 1), _add),
     aten.add.Scalar: Rule((0, 1), _add),
@@ -369,4 +379,5 @@ RULES: dict[Any, Rule] = {
     aten.full.default: Rule((), _constant(1)),
     aten.full_like.default: Rule((), _constant(1)),
     aten.scalar_tensor.default: Rule((), _constant(0)),
+    aten.cat.default: Rule((), _written_by_codegen),
 }
