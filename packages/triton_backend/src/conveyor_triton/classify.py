@@ -1,10 +1,14 @@
 """What each node of a decomposed graph is to the backend.
 
 * ``pointwise``: one output element from the same element of each operand
-  (after broadcasting); written as a Triton expression (``conveyor_triton.ops``).
+  (after broadcasting); written as a Triton expression (``conveyor_triton.ops``),
+  and ``cat``, which reads its element from one of its inputs (Note [Cat in a
+  group] in ``conveyor_triton.codegen``).
 * ``reduction``: ``sum`` / ``amax`` / ``amin`` over some dimensions, and
   ``argmax`` / ``argmin`` over one dimension or the flattened tensor (Note
   [Arg reductions] in ``conveyor_triton.codegen``).
+* ``scan``: ``cumsum`` along one dimension, a full value of a row group over
+  that dimension (Note [Scans] in ``conveyor_triton.codegen``).
 * ``view``: a view op. Inside a fusion group an order-keeping view
   (``view``, ``unsqueeze``, ``squeeze``, ...) is free; otherwise it runs as the
   aten view on the real tensor, which copies nothing, and kernels read the
