@@ -39,33 +39,10 @@ from typing import Any  # noqa: E402
 
 import conveyor  # noqa: E402
 import torch  # noqa: E402
+from bench_models import MLP, NormBlock, encoder  # noqa: E402
 from conveyor_triton import metrics  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
-
-class MLP(nn.Module):
-    def __init__(self, d: int = 256, h: int = 1024) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(nn.functional.gelu(self.fc1(x)))
-
-
-class NormBlock(nn.Module):
-    def __init__(self, d: int = 256) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x)
-        return torch.softmax(y, -1) * nn.functional.gelu(y) + y
-
-
-def encoder() -> nn.Module:
-    return nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, dropout=0.0, batch_first=True)
-
 
 MODELS: list[tuple[str, Callable[[], nn.Module], tuple[int, ...]]] = [
     ("mlp", MLP, (8, 64, 256)),

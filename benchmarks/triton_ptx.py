@@ -49,34 +49,12 @@ from typing import Any  # noqa: E402
 
 import conveyor  # noqa: E402
 import torch  # noqa: E402
+from bench_models import MLP, NormBlock, encoder  # noqa: E402
 from conveyor_triton import aot, metrics  # noqa: E402
 from torch import nn  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Models: (build, inputs, loss of the output)
-
-
-class MLP(nn.Module):
-    def __init__(self, d: int = 256, h: int = 1024) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Linear(d, h), nn.Linear(h, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(nn.functional.gelu(self.fc1(x)))
-
-
-class NormBlock(nn.Module):
-    def __init__(self, d: int = 256) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm(x)
-        return torch.softmax(y, -1) * nn.functional.gelu(y) + y
-
-
-def _encoder() -> nn.Module:
-    return nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, dropout=0.0, batch_first=True)
 
 
 def _hf(kind: str) -> nn.Module:
@@ -131,7 +109,7 @@ def _x(*shape: int) -> Callable[[], dict[str, Any]]:
 MODELS: dict[str, Model] = {
     "mlp": Model(MLP, _x(8, 64, 256), lambda out: out.sum()),
     "layernorm_gelu_softmax": Model(NormBlock, _x(8, 64, 256), lambda out: out.sum()),
-    "transformer_encoder_layer": Model(_encoder, _x(8, 64, 256), lambda out: out.sum()),
+    "transformer_encoder_layer": Model(encoder, _x(8, 64, 256), lambda out: out.sum()),
     "gpt2": Model(lambda: _hf("gpt2"), _ids, lambda out: out.loss),
     "llama": Model(lambda: _hf("llama"), _ids, lambda out: out.loss),
     "bert": Model(lambda: _hf("bert"), _ids, lambda out: out.loss),
