@@ -11,6 +11,7 @@ each other exactly as in eager.
 
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from collections.abc import Callable, Sequence
@@ -76,6 +77,12 @@ class KernelStep:
         # Note [Picklable run-time callables] in conveyor.protocol.artifacts: the loaded
         # jit functions are not stored; fn() loads them again from the sources
         return {**self.__dict__, "_fns": {}, "files": {}, "_bound": {}, "_view_calls": None}
+
+    @functools.cached_property
+    def generic_rounds(self) -> bool:
+        """Whether the generic kernels round to a 16-bit float explicitly (read
+        once, not per launch: Note [Explicit roundings and FMA])."""
+        return rounds_explicitly(self.sources["generic"].source)
 
     def run_views(self, env: dict[torch.fx.Node, Any]) -> None:
         """Take the post views of the stored values (Note [Node calls])."""
@@ -194,7 +201,7 @@ class KernelStep:
             )
             for_device = launch_device(self.launch_for, cast(torch.device, device))  # device: a load's or a store's
             blocks: dict[str, Any] = dict(block_sizes(for_device, k.xnumel, k.rnumel))
-            if rounds_explicitly(k.source):  # Note [Explicit roundings and FMA]
+            if self.generic_rounds:  # Note [Explicit roundings and FMA]
                 blocks["enable_fp_fusion"] = False
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
             self.fn(variant)[grid](*args, **blocks)
