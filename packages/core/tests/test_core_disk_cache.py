@@ -113,7 +113,7 @@ def _key(f, inputs, **options):  # type: ignore[no-untyped-def]
     pipeline = Pipeline(resolve({"cache": True, **options}))
     fake_mode = FakeTensorMode()
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in inputs]
-    graph = trace_user(lambda *xs: (f(*xs),), fakes, fake_mode)
+    graph = trace_user(lambda *xs: (f(*xs),), fakes, fake_mode).graph
     key, why = disk_key.program_key(pipeline, Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled()))
     assert key is not None, why
     return key
@@ -204,7 +204,7 @@ def test_a_compile_that_warns_is_not_stored_and_warns_again(tmp_path: Path) -> N
     pipeline = Pipeline(resolve({"cache": True, "cache_dir": str(tmp_path)}))
     fake_mode = FakeTensorMode()
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in args(4, 5)]
-    request = Request(trace_user(lambda *xs: (fn(*xs),), fakes, fake_mode), tuple(fakes), fake_mode)
+    request = Request(trace_user(lambda *xs: (fn(*xs),), fakes, fake_mode).graph, tuple(fakes), fake_mode)
 
     def warning_compile(r: Request):  # type: ignore[no-untyped-def]
         warnings.warn("a stage fell back", UserWarning, stacklevel=1)

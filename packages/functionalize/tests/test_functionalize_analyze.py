@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 def meta_of(fn, *tensors: torch.Tensor) -> ProgramMeta:
     fake_mode = FakeTensorMode()
     fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in tensors]
-    return analyze(trace_user(fn, fakes, fake_mode), fakes, fake_mode)
+    return analyze(trace_user(fn, fakes, fake_mode).graph, fakes, fake_mode)
 
 
 def test_input_mutation_kinds() -> None:
@@ -89,7 +89,7 @@ def test_analysis_and_trace_leave_the_fake_inputs_alone() -> None:
 
     fake_mode = FakeTensorMode()
     fake = fake_mode.from_tensor(torch.randn(2, 3, requires_grad=True) * 1, static_shapes=True)
-    graph = trace_user(f, [fake], fake_mode)
+    graph = trace_user(f, [fake], fake_mode).graph
     before = (fake.shape, fake.stride(), fake._version, fake.grad_fn, fake.untyped_storage()._cdata)
     meta = analyze(graph, [fake], fake_mode)
     assert meta.inputs[0].mutates_metadata and meta.inputs[0].mutates_data

@@ -333,7 +333,7 @@ class Compiled:
         started = timings.stopwatch()  # Note [Compile timings]
         try:
             with watching_capture():
-                graph, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, call.objects)
+                traced, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, call.objects)
         except (DynamoSplits, DataDependentError) as exc:  # Note [Programs only dynamo can split]
             warnings.warn(
                 f"conveyor: compiling {self._name()} through dynamo, which splits it where one graph cannot hold "
@@ -347,7 +347,7 @@ class Compiled:
         captured = timings.Captured(started, timings.stopwatch() - started)
         fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
         with timings.compiling(self._name(), pipeline.config, captured):
-            compiled, graphs = compile_program(pipeline, graph, fakes, fake_mode)  # Note [Tensor subclasses]
+            compiled, graphs = compile_program(pipeline, traced, fakes, fake_mode)  # Note [Tensor subclasses]
         guards = dynamic_shapes.Guards.of(fake_mode, fakes) if dims else None
         return Entry(compiled, layout, graphs, pipeline.backend.name, closure, guards=guards)
 

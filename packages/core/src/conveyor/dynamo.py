@@ -152,7 +152,7 @@ class DynamoCompiled:
                 # attributes of its graph (the parameters an optimizer step updates):
                 # they become graph inputs after the call's, as a standalone
                 # program's closed-over tensors do (Note [Tensors a program closes over])
-                graph, closure = trace_closing_over(
+                traced, closure = trace_closing_over(
                     lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fakes, fake_mode
                 )
         except (EagerFallback, DataDependentError) as exc:
@@ -163,7 +163,7 @@ class DynamoCompiled:
         captured = timings.Captured(started, timings.stopwatch() - started)
         lifted = [*fakes, *(fake_mode.from_tensor(t, static_shapes=True) for t in closure)]
         with timings.compiling(self.name, self.pipeline.config, captured):
-            compiled, graphs = compile_program(self.pipeline, graph, lifted, fake_mode)  # Note [Tensor subclasses]
+            compiled, graphs = compile_program(self.pipeline, traced, lifted, fake_mode)  # Note [Tensor subclasses]
         if not closure:
             return DynamoEntry(compiled, graphs)
 

@@ -38,6 +38,23 @@ _FLOW_HINT = (
 
 
 @dataclass(frozen=True)
+class Traced:
+    """The user's program as traced: its aten graph and, when tensor
+    subclasses cross its inputs or outputs, the boundary that rebuilds them
+    around a graph traced over their inner tensors (Note [Tensor
+    subclasses] in ``conveyor.frontend.subclasses``; ``None``: no subclass).
+
+    :ivar graph: the flat aten graph.
+    :ivar boundary: how the outer (subclass) values map to the graph's
+        inner inputs and outputs, and for a training program how its
+        backward is traced.
+    """
+
+    graph: torch.fx.GraphModule
+    boundary: subclasses.Boundary | None = None
+
+
+@dataclass(frozen=True)
 class CallLayout:
     """How the user's call maps to the flat graph inputs and back.
 
@@ -192,7 +209,7 @@ def capture(
     fake_inputs: Sequence[Any],
     fake_mode: Any,
     objects: ObjectArgs | None = None,
-) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...], CallLayout]:
+) -> tuple[Traced, tuple[torch.Tensor, ...], CallLayout]:
     """Trace ``fn`` (or ``module``) into a flat aten graph.
 
     :param fake_inputs: fake values for the flat graph inputs: lifted state
@@ -200,7 +217,7 @@ def capture(
         argument ``objects``.
     :param objects: the call's argument objects, which hold fakes during the
         trace and are restored after it (Note [Python objects in and out]).
-    :return: the graph, the tensors ``fn`` closes over (graph inputs after
+    :return: the traced program, the tensors ``fn`` closes over (graph inputs after
         ``fake_inputs``: Note [Tensors a program closes over]) and the
         layout completed with the output spec.
     """
@@ -244,8 +261,8 @@ def capture(
             if changed:
                 raise watch.refuse(changed)
 
-    graph, closure = trace_closing_over(lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fake_inputs, fake_mode)
-    return graph, closure, CallLayout(
+    traced, closure = trace_closing_over(lambda f, inputs: trace_user(f, inputs, fake_mode), flat_fn, fake_inputs, fake_mode)
+    return traced, closure, CallLayout(
         layout.in_spec,
         layout.tensor_positions,
         layout.constants,
@@ -287,16 +304,17 @@ def _flat_outputs(out: Any, installed: Installed | None, out_info: dict[str, Any
     return (*plain, *builder.tensors)
 
 
-def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> torch.fx.GraphModule:
+def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> Traced:
     """Trace the user's flat program, keeping its ``no_grad`` regions
     (see ``conveyor.analysis.grad_regions``); tensor subclass inputs and outputs are
-    traced as their inner tensors (Note [Tensor subclasses])."""
+    traced as their inner tensors, and the result carries their boundary
+    (Note [Tensor subclasses])."""
     desugared = subclasses.desugar(fn, fake_inputs)
     if desugared is not None:
         inner_fn, inner_fakes, boundary = desugared
         graph = detach_no_grad_results(retrace(inner_fn, inner_fakes, fake_mode), tuple(inner_fakes))
-        return subclasses.stamp(graph, boundary())
-    return detach_no_grad_results(retrace(fn, fake_inputs, fake_mode), tuple(fake_inputs))
+        return Traced(graph, subclasses.checked(graph, boundary()))
+    return Traced(detach_no_grad_results(retrace(fn, fake_inputs, fake_mode), tuple(fake_inputs)))
 
 
 def retrace(

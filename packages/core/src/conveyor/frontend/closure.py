@@ -25,7 +25,7 @@ graph as a constant.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.fx
@@ -33,7 +33,10 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 
-Trace = Callable[[Callable[..., Any], Sequence[Any]], torch.fx.GraphModule]
+T = TypeVar("T")
+#: traces a flat function on fake inputs; what it returns (a graph, or the
+#: graph with what the trace learned beside it) is handed back as it is
+Trace = Callable[[Callable[..., Any], Sequence[Any]], T]
 
 
 class _RealTensors(TorchFunctionMode):
@@ -66,10 +69,10 @@ class _RealTensors(TorchFunctionMode):
 
 
 def trace_closing_over(
-    trace: Trace, fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any
-) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    trace: Trace[T], fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any
+) -> tuple[T, tuple[torch.Tensor, ...]]:
     """``trace(fn, fake_inputs)``, with the tensors ``fn`` closes over lifted
-    to inputs after ``fake_inputs``; returns the graph and those tensors."""
+    to inputs after ``fake_inputs``; returns the trace's result and those tensors."""
     finder = _RealTensors(fake_mode, {})
 
     def finding(*flat: Any) -> Any:
@@ -93,8 +96,8 @@ def trace_closing_over(
 
 
 def _trace_lifted(
-    trace: Trace, fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any, closure: tuple[torch.Tensor, ...]
-) -> tuple[torch.fx.GraphModule, set[int]]:
+    trace: Trace[T], fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any, closure: tuple[torch.Tensor, ...]
+) -> tuple[T, set[int]]:
     """The trace with ``closure`` as inputs after ``fake_inputs``, and the ids
     of the closure tensors the program met."""
     n = len(fake_inputs)

@@ -45,7 +45,6 @@ from conveyor.protocol.stage import CompiledFn
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, FakeTensor)
 _PLAIN_TYPES = frozenset(_PLAIN)
-BOUNDARY_META = "conveyor_subclass_boundary"
 
 
 @dataclass(frozen=True)
@@ -234,17 +233,16 @@ def desugar(
     return inner_fn, inner_fakes, boundary
 
 
-def stamp(graph: torch.fx.GraphModule, boundary: Boundary) -> torch.fx.GraphModule:
-    """Record the boundary on the graph traced over the inner tensors. A
-    training program that writes to its inputs runs eagerly, with a warning
-    (Note [Subclass programs in training])."""
+def checked(graph: torch.fx.GraphModule, boundary: Boundary) -> Boundary:
+    """``boundary``, for the graph traced over the inner tensors, if conveyor
+    can compile the pair. A training program that writes to its inputs runs
+    eagerly, with a warning (Note [Subclass programs in training])."""
     if boundary.program is not None and any(writes(n) for n in graph.graph.nodes if n.op == "call_function"):
         raise EagerFallback(
             "a tensor subclass program that writes to tensors is differentiated by recomputing it, "
             "which would write twice (Note [Subclass programs in training])"
         )
-    graph.meta[BOUNDARY_META] = boundary
-    return graph
+    return boundary
 
 
 def meta_of(x: Any) -> SubclassMeta | None:

@@ -40,8 +40,8 @@ import torch.fx
 
 from conveyor.analysis.grad_regions import trace_below_autograd
 from conveyor.errors import ConveyorError
+from conveyor.frontend.capture import Traced
 from conveyor.frontend.subclasses import (
-    BOUNDARY_META,
     Boundary,
     SubclassMeta,
     flat_outer,
@@ -194,14 +194,14 @@ def _inner_tangents(boundary: Boundary, plan: Backward, grads: Sequence[Any]) ->
 
 
 def compile_program(
-    pipeline: Pipeline, graph: torch.fx.GraphModule, fakes: Sequence[Any], fake_mode: Any
+    pipeline: Pipeline, traced: Traced, fakes: Sequence[Any], fake_mode: Any
 ) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
-    """Compile a captured graph for the fake (outer) inputs it was captured
+    """Compile a traced program for the fake (outer) inputs it was captured
     for: as it is without tensor subclasses; over their inner tensors with
     subclasses rebuilt around it (Note [Tensor subclasses]); as a forward and
     a backward traced at the subclass level when it trains (Note [Subclass
     programs in training])."""
-    boundary: Boundary | None = graph.meta.get(BOUNDARY_META)
+    graph, boundary = traced.graph, traced.boundary
     if boundary is None:  # kept on disk too (conveyor.runtime.disk_cache); subclass programs are not
         request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
         return disk_cache.compile_cached(pipeline, request, pipeline.compile)
