@@ -8,7 +8,6 @@ from typing import Any
 import torch
 from conveyor import CompiledFn, Request, StageError, stamp
 from conveyor.stage_api import timed_step
-from conveyor_alias_db import input_aliasing
 
 from conveyor_triton import interpreter
 from conveyor_triton.classify import writes
@@ -66,7 +65,7 @@ class TritonBackend:
         mutating = any(writes(n) for n in request.graph.graph.nodes if n.op == "call_function")
         if mutating:
             gm = request.graph
-            aliasing = input_aliasing(gm.graph, request.inputs)  # the fuser's AliasDb takes it
+            aliasing = _storage_groups(gm, request.program.aliasing.groups)  # the record's (declared)
             notes.append("graph writes to tensors: not decomposed; kernels keep memory order (conveyor_alias_db)")
         elif options.get("decompose", True):
             with timed_step("decompose"):  # Note [Compile timings]
@@ -91,3 +90,16 @@ class TritonBackend:
         stamp(gm, artifact=program)
         stamp(kernel_graph(gm, program), "kernels")
         return program
+
+
+def _storage_groups(gm: torch.fx.GraphModule, groups: tuple[int, ...]) -> list[list[torch.fx.Node]]:
+    """The placeholders of ``gm`` grouped by the storage their inputs share,
+    from the program record's aliasing (``groups[i]``: the first input in
+    input ``i``'s storage, ``-1`` for no tensor storage), as the fuser's
+    ``AliasDb`` takes them (``conveyor_alias_db.input_aliasing``'s shape)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    by_first: dict[int, list[torch.fx.Node]] = {}
+    for node, first in zip(placeholders, groups, strict=True):
+        if first >= 0:
+            by_first.setdefault(first, []).append(node)
+    return list(by_first.values())

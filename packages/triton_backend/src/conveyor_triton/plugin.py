@@ -23,6 +23,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             after=("dedupe", "synthetic_base", "functionalize", "autograd"),
             options=OPTIONS,
             default_for=("cuda",),
+            reads=("aliasing",),
             # programs compiled with launches for another device type are not reused from memory; the
             # disk cache's key does not hold it (such a program computes the same values, launched otherwise)
             cache_key=lambda args: os.environ.get("CONVEYOR_TRITON_LAUNCH_FOR"),
