@@ -47,6 +47,7 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, DimDynamic, Shap
 from torch.utils._python_dispatch import _disable_current_modes
 
 from conveyor_compiled_autograd.plan import Segment, run_node
+from conveyor_compiled_autograd.recheck import LastVariant
 from conveyor_compiled_autograd.simplify import simplify
 
 STAGE = "compiled_autograd"
@@ -148,6 +149,7 @@ class SegmentProgram:
         self.eager_reason: str | None = None
         #: why the segment was compiled for static sizes (a stage rejected symbolic ones), if it was
         self.specialized: str | None = None
+        self._last: LastVariant | None = None  # Note [The last variant first]
 
     @property
     def graphs(self) -> tuple[StageGraph, ...]:
@@ -157,6 +159,11 @@ class SegmentProgram:
 
     def __call__(self, values: list[Any]) -> list[Any]:
         """The segment's outputs from its inputs' values."""
+        last = self._last
+        if last is not None and last.holds(values):  # Note [The last variant first]
+            variant = last.variant
+            outs = variant.compiled(list(last.dynamic(values)))
+            return [None if k is None else outs[k] for k in variant.outputs]
         if self.eager_reason is None:
             try:
                 positions, key = _split(values)
@@ -166,6 +173,7 @@ class SegmentProgram:
                 if variant is None:
                     variant = self._compile(values, positions, first=not variants)
                     variants.append(variant)
+                self._remember(values, positions, variant)
                 outs = variant.compiled(dynamic)
                 return [None if k is None else outs[k] for k in variant.outputs]
             except Uncompilable as exc:
@@ -176,6 +184,16 @@ class SegmentProgram:
                     stacklevel=2,
                 )
         return self._run_eagerly(values)
+
+    def _remember(self, values: Sequence[Any], positions: list[int], variant: Variant) -> None:
+        """Check ``variant`` first on the next call (static variants only:
+        Note [The last variant first])."""
+        self._last = None
+        if variant.static is not None:
+            try:
+                self._last = LastVariant(values, positions, variant, variant.keyed)
+            except TypeError:  # a tensor subclass: the general way every call
+                pass
 
     def _run_eagerly(self, values: Sequence[Any]) -> list[Any]:
         env: dict[torch.fx.Node, Any] = dict(zip(self.segment.inputs, values, strict=True))
