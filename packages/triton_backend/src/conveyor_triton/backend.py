@@ -29,6 +29,9 @@ OPTIONS: dict[str, Any] = {
     # the device type launches are chosen for (Note [Launch configuration]); None: $CONVEYOR_TRITON_LAUNCH_FOR,
     # else the tensors' own. "cuda" on CPU runs the kernels a GPU would run in the interpreter (tests, PTX reports)
     "launch_for": None,
+    # try a few launches of each static kernel at its first launch on a GPU, keep the fastest, and keep the
+    # choice beside the kernel on disk (Note [Tuned launches] in conveyor_triton.tuning); never on CPU
+    "autotune": True,
 }
 
 

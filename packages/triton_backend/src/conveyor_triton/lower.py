@@ -217,6 +217,7 @@ def lower(
                 bool(options.get("log")),
                 members=tuple(group.members),
                 launch_for=options.get("launch_for"),
+                autotune=bool(options.get("autotune", True)),
             )
         )
         kind = "reduction" if group.reduce is not None else "pointwise"

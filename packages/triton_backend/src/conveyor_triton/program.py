@@ -23,7 +23,7 @@ import torch
 import torch.fx
 from conveyor.stage_api import span
 
-from conveyor_triton import kernel_cache, metrics
+from conveyor_triton import kernel_cache, metrics, tuning
 from conveyor_triton.classify import is_view
 from conveyor_triton.codegen import KernelSource, TensorArg
 from conveyor_triton.dtypes import rounds_explicitly
@@ -68,6 +68,10 @@ class KernelStep:
     device: torch.device | None = None
     #: the post views' calls (Note [Node calls]), built at the first run
     _view_calls: Any = None
+    #: the stage's ``autotune`` option: try a few launches of each static kernel on a GPU (Note [Tuned launches])
+    autotune: bool = True
+    #: the launches kept by tuning, per variant
+    _tuned: dict[Variant, Launch] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.device is None and self.kernel.stores:
@@ -76,7 +80,7 @@ class KernelStep:
     def __getstate__(self) -> dict[str, Any]:
         # Note [Picklable run-time callables] in conveyor.protocol.artifacts: the loaded
         # jit functions are not stored; fn() loads them again from the sources
-        return {**self.__dict__, "_fns": {}, "files": {}, "_bound": {}, "_view_calls": None}
+        return {**self.__dict__, "_fns": {}, "files": {}, "_bound": {}, "_view_calls": None, "_tuned": {}}
 
     @functools.cached_property
     def generic_rounds(self) -> bool:
@@ -156,10 +160,12 @@ class KernelStep:
         return outs
 
     def _launch(self, variant: Variant, k: KernelSource, loads: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
-        launch = cast(Launch, k.launch)
+        launch = self._tuned.get(variant) or cast(Launch, k.launch)
         args = [*loads, *outs]
         if launch.grid > 0:
             bound = self._bound.get(variant)
+            if bound is None and variant not in self._tuned and self.autotune:
+                launch = self._tuned[variant] = self._tune(variant, k, launch, args)
             if bound is None or not bound(args):
                 compiled = self.fn(variant)[(launch.grid,)](*args, **launch.meta)
                 if bound is None and args[0].is_cuda:
@@ -168,6 +174,22 @@ class KernelStep:
             metrics.record("kernel", loads, outs)
         if metrics.watched():
             metrics.launched(k, args, launch.meta)
+
+    def _tune(self, variant: Variant, k: KernelSource, launch: Launch, args: list[torch.Tensor]) -> Launch:
+        """The launch a static kernel keeps (Note [Tuned launches] in
+        ``conveyor_triton.tuning``): the fastest of a few on a GPU."""
+        device = args[0].device
+        if not (tuning.wanted(device) and tuning.tunable(k.source, launch)):
+            return launch
+        fn = self.fn(variant)
+
+        def run(option: Launch) -> None:
+            fn[(option.grid,)](*args, **option.meta)
+            if metrics.watched():  # the ahead-of-time check compiles every candidate too
+                metrics.launched(k, args, option.meta)
+
+        options = tuning.candidates(launch, k.xnumel, k.rnumel)
+        return tuning.tune(run, options, device, self.files.get(variant))
 
     def run_generic(self, env: dict[torch.fx.Node, Any]) -> None:
         """Launch a generic kernel (sizes and strides as arguments)."""
