@@ -18,6 +18,11 @@ from conveyor_triton import tuning
 from conveyor_triton.launch import Launch
 
 
+@pytest.fixture(autouse=True)
+def _small_kernels_tuned(monkeypatch):
+    monkeypatch.setattr(tuning, "MIN_ELEMENTS", 0)  # the interpreter runs small programs only
+
+
 def _layer_norm(x, w, b):
     return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b) * 2
 
@@ -87,7 +92,7 @@ def test_every_candidate_launch_computes_eagers_values(triton_only, tmp_path, na
     assert all(launch in kept for launch in chosen)
 
 
-def test_candidates_keep_what_the_source_fixes():
+def test_candidates_keep_what_the_source_fixes(monkeypatch):
     pointwise = Launch(1024, None, 4, 3, False)
     assert tuning.candidates(pointwise, 3000, None)[0] == pointwise
     assert {c.xblock for c in tuning.candidates(pointwise, 3000, None)} == {512, 1024, 2048}
@@ -100,7 +105,10 @@ def test_candidates_keep_what_the_source_fixes():
     assert all(c.xblock * c.rblock <= tuning.MAX_TILE for c in options)
     split = Launch(1, 1024, 8, 64, False, split=16, chunk=4096)
     assert tuning.candidates(split, 4, 60000) == (split,)  # the chunk is in its source
-    assert not tuning.tunable("tl.atomic_add(p, v)", pointwise)
+    assert not tuning.tunable("tl.atomic_add(p, v)", pointwise, 1 << 20)
+    assert tuning.tunable("tl.load(p)", pointwise, 1 << 20)
+    monkeypatch.setattr(tuning, "MIN_ELEMENTS", 1 << 16)
+    assert not tuning.tunable("tl.load(p)", pointwise, 3000)  # launch-bound: kept as chosen
 
 
 def test_the_choice_is_kept_beside_the_kernel_and_read_back(triton_only, tmp_path):

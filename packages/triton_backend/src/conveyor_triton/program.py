@@ -179,7 +179,7 @@ class KernelStep:
         """The launch a static kernel keeps (Note [Tuned launches] in
         ``conveyor_triton.tuning``): the fastest of a few on a GPU."""
         device = args[0].device
-        if not (tuning.wanted(device) and tuning.tunable(k.source, launch)):
+        if not (tuning.wanted(device) and tuning.tunable(k.source, launch, k.xnumel * (k.rnumel or 1))):
             return launch
         fn = self.fn(variant)
 

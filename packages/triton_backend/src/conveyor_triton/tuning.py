@@ -16,7 +16,11 @@ in one ``RBLOCK`` tile), ``num_warps`` always. Not tuned:
 * a split reduction's two kernels (the chunk is written into the first
   kernel's source, and the second's tile follows it: Note [Split
   reductions]) and generic kernels (blocks chosen per launch);
-* a kernel whose source uses atomics: running it again would add twice.
+* a kernel whose source uses atomics: running it again would add twice;
+* a kernel over fewer than ``MIN_ELEMENTS`` elements: its launch costs more
+  than any launch shape could save, and each candidate is one more Triton
+  compile in the first call (Triton's own cache keeps them for later
+  processes).
 
 Every other static kernel stores each of its outputs whole and reads no
 output, so running a candidate again only writes the same values again (a
@@ -53,6 +57,8 @@ MAX_TILE = 8192
 MAX_XBLOCK = 2048
 #: timed runs per candidate (after one that compiles and warms it)
 REPS = 10
+#: kernels over fewer elements (rows times row length) keep the heuristic's launch
+MIN_ELEMENTS = 1 << 16
 
 #: the timer a test installs to tune in the interpreter (:func:`tuning_on_cpu`); None: CUDA only
 _cpu_timer: list[Callable[[Launch, Callable[[], None]], float]] = []
@@ -96,10 +102,10 @@ def candidates(launch: Launch, xnumel: int, rnumel: int | None) -> tuple[Launch,
     return tuple(found)
 
 
-def tunable(source: str, launch: Launch) -> bool:
-    """Whether a static kernel with ``source`` may be tried with other
-    launches (Note [Tuned launches])."""
-    return launch.split == 1 and "tl.atomic" not in source
+def tunable(source: str, launch: Launch, numel: int) -> bool:
+    """Whether a static kernel with ``source`` over ``numel`` elements is
+    tried with other launches (Note [Tuned launches])."""
+    return launch.split == 1 and numel >= MIN_ELEMENTS and "tl.atomic" not in source
 
 
 def wanted(device: torch.device) -> bool:
