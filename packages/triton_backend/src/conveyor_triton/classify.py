@@ -3,7 +3,10 @@
 * ``pointwise``: one output element from the same element of each operand
   (after broadcasting); written as a Triton expression (``conveyor_triton.ops``),
   and ``cat``, which reads its element from one of its inputs (Note [Cat in a
-  group] in ``conveyor_triton.codegen``).
+  group] in ``conveyor_triton.codegen``), reads at computed indexes
+  (``index_select``, ``embedding``, ``gather``, ``x[i]``: Note [Index reads] in
+  ``conveyor_triton.index_reads``) and pooling windows (``avg_pool2d``: Note
+  [Pooling windows] in ``conveyor_triton.pooling``).
 * ``reduction``: ``sum`` / ``amax`` / ``amin`` over some dimensions, and
   ``argmax`` / ``argmin`` over one dimension or the flattened tensor (Note
   [Arg reductions] in ``conveyor_triton.codegen``).
@@ -29,7 +32,12 @@ import torch.fx
 from conveyor.stage_api import is_view, writes
 
 from conveyor_triton.dtypes import SUPPORTED
+from conveyor_triton.index_reads import INDEX_READS
+from conveyor_triton.index_reads import fallback_reason as index_fallback
 from conveyor_triton.ops import RULES, SHIFTED, Value
+from conveyor_triton.pooling import POOLS
+from conveyor_triton.pooling import fallback_reason as pool_fallback
+from conveyor_triton.report import no_lowering
 
 __all__ = ["ARG_REDUCTIONS", "ORDER_KEEPING_VIEWS", "REDUCTIONS", "SCANS", "NodeClass", "classify", "is_view", "static_tensor", "writes"]
 
@@ -102,7 +110,7 @@ def classify(node: torch.fx.Node) -> NodeClass:
     if node.target in ORDER_KEEPING_VIEWS or is_view(node) or node.target is operator.getitem:
         return NodeClass("view")
     if node.target not in RULES and node.target not in REDUCTIONS and node.target not in SCANS:
-        return NodeClass("fallback", f"no lowering for {node.target}")
+        return NodeClass("fallback", no_lowering(node.target))
     if not static_tensor(out):
         return NodeClass("fallback", "output is not a statically shaped tensor of a supported dtype")
     assert isinstance(out, torch.Tensor)  # static_tensor checked it
@@ -117,6 +125,9 @@ def classify(node: torch.fx.Node) -> NodeClass:
         return _classify_reduction(node, out)
     if node.target in SCANS:
         return _classify_scan(node, out)
+    if node.target in INDEX_READS or node.target in POOLS:  # Note [Index reads], Note [Pooling windows]
+        reason = index_fallback(node) if node.target in INDEX_READS else pool_fallback(node)
+        return NodeClass("pointwise") if reason is None else NodeClass("fallback", reason)
     if node.target in SHIFTED:  # every input a tensor of a supported dtype, checked above
         return NodeClass("pointwise")
     return _classify_pointwise(node, out)

@@ -54,13 +54,17 @@ from conveyor_triton.classify import REDUCTIONS, SCANS
 from conveyor_triton.codegen_address import AddressWriter
 from conveyor_triton.codegen_cat import cat
 from conveyor_triton.codegen_combine import generate_combine
-from conveyor_triton.codegen_reduce import reduction
+from conveyor_triton.codegen_gather import gather
+from conveyor_triton.codegen_pool import window
+from conveyor_triton.codegen_reduce import Passes, reduction
 from conveyor_triton.codegen_scan import scan
 from conveyor_triton.dtypes import compute_dtype, from_stored, tl_type
 from conveyor_triton.fusion import Group
+from conveyor_triton.index_reads import INDEX_READS
 from conveyor_triton.kernel_source import KernelSource, StoreStrides, TensorArg, kernel_text
 from conveyor_triton.launch import Launch
 from conveyor_triton.ops import RULES, SHIFTED, Value
+from conveyor_triton.pooling import POOLS
 
 __all__ = ["KernelSource", "KernelWriter", "StoreStrides", "TensorArg", "generate", "generate_combine"]
 
@@ -93,6 +97,8 @@ class KernelWriter(AddressWriter):
         self.memo: dict[tuple[torch.fx.Node, str], str] = {}
         #: the whole row in one tile: no loops (static kernels whose launch says so)
         self.persistent = self.row_group and launch is not None and launch.persistent
+        #: a looped kernel's reduction passes, planned at its first reduction (Note [Reduction passes])
+        self.passes: Passes | None = None
 
     def scope_index(self, scope: str) -> tuple[str, str]:
         if not self.row_group:
@@ -134,6 +140,10 @@ class KernelWriter(AddressWriter):
             return self.memo[key]
         if node.target in REDUCTIONS:
             name = reduction(self, node)
+        elif node.target in INDEX_READS:
+            name = gather(self, node, scope, out, indent)
+        elif node.target in POOLS:
+            name = window(self, node, scope, out, indent)
         elif node.target in SHIFTED:
             name = cat(self, node, scope, out, indent)
         elif node.target in SCANS:

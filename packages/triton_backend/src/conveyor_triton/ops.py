@@ -20,6 +20,8 @@ import torch
 import torch.fx
 
 from conveyor_triton.dtypes import cast, compute_dtype, fits, is_scalar, literal, wrap
+from conveyor_triton.index_reads import INDEX_READS
+from conveyor_triton.pooling import POOLS
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -308,8 +310,9 @@ def _written_by_codegen(v: Sequence[Value], node: torch.fx.Node, out: torch.dtyp
 
 
 #: pointwise ops whose inputs are read at another index than the output's: an
-#: input of one is never a member of its group (Note [Cat in a group])
-SHIFTED = {aten.cat.default}
+#: input of one is never a member of its group (Note [Cat in a group]; reads at
+#: computed indexes, Note [Index reads]; pooling windows, Note [Pooling windows])
+SHIFTED = {aten.cat.default, *INDEX_READS, *POOLS}
 
 RULES: dict[Any, Rule] = {
     aten.add.Tensor: Rule((0, 1), _add),
@@ -380,4 +383,5 @@ RULES: dict[Any, Rule] = {
     aten.full_like.default: Rule((), _constant(1)),
     aten.scalar_tensor.default: Rule((), _constant(0)),
     aten.cat.default: Rule((), _written_by_codegen),
+    **{op: Rule((), _written_by_codegen) for op in (*INDEX_READS, *POOLS)},
 }

@@ -4,6 +4,43 @@ which nodes run as aten calls and why. ``print(report)`` shows it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+#: ops that still run as aten calls though a kernel could compute them, and
+#: why (issue 22, "kernels where aten runs today"); keyed by the op's name
+#: without the overload, as ``str(op.overloadpacket)`` gives it
+STAYS_ATEN: dict[str, str] = {
+    **dict.fromkeys(
+        ("aten.scatter_add", "aten.index_put", "aten.scatter_reduce", "aten.index_reduce"),
+        "adds into a copy of its destination at indexes read from a tensor (also index_add, which decomposes "
+        "to index_put): a kernel over the source's elements with atomic adds, which fusion groups (a value "
+        "per output element) do not have yet; float atomics add in any order, where eager's CPU kernel adds "
+        "in index order",
+    ),
+    "aten.scatter": "writes a copy of its destination at indexes read from a tensor: a kernel over the "
+    "source's elements, which fusion groups (a value per output element) do not have yet; duplicate indexes "
+    "leave any one of the values (as eager, which documents it as undefined)",
+    "aten.max_pool2d_with_indices": "two outputs (values and indices): a tuple, whose getitems are aten views, "
+    "not values a kernel computes (Note [Pooling windows] in conveyor_triton.pooling)",
+    "aten.max_pool2d_with_indices_backward": "adds each output gradient into the input gradient at its "
+    "index (a scatter with atomic adds)",
+    "aten.avg_pool2d_backward": "adds each output gradient into several input gradient elements (a scatter, "
+    "or a window gather per input element not written yet)",
+    "aten.sort": "a sort along a dimension (tl.sort sorts a power-of-two tile; no stable sort with "
+    "eager's NaN order yet)",
+    "aten.topk": "a selection along a dimension (no kernel yet)",
+    "aten.embedding_dense_backward": "kept whole by the decomposition table (conveyor_triton.decompose): a "
+    "scatter of the output gradient's rows",
+    "aten.nll_loss_backward": "kept whole by the decomposition table (conveyor_triton.decompose): a scatter",
+}
+
+
+def no_lowering(target: Any) -> str:
+    """The report's reason for an op with no lowering: its entry of
+    :data:`STAYS_ATEN` when it has one."""
+    packet = getattr(target, "overloadpacket", None)
+    why = STAYS_ATEN.get(str(packet)) if packet is not None else None
+    return f"no lowering for {target}" + (f": {why}" if why else "")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,134 @@
+"""Reads at computed indexes: ``index_select``, ``embedding``, ``gather`` and
+``x[i]`` (``aten.index`` with one index tensor), as values of a fused kernel
+instead of aten calls (Note [Index reads]).
+
+Note [Index reads]: each of these ops gives an output element from one
+element of its *source*, at the output element's coordinates except along
+one dimension of the source, where the coordinate is read from an integer
+*index* tensor at some of the output's coordinates. In a kernel that is two
+loads, the index's then the source's at the address it gives
+(``conveyor_triton.codegen_gather``); the value joins its users' group like
+any pointwise value. Its inputs are read from memory, never as members of
+the group (``ops.SHIFTED``, as ``cat``: they are read at other indexes).
+
+:class:`IndexRead` says, per op, which output dimensions give the index's
+coordinates and which give the source's. ``aten.index`` counts a negative
+index from the end, as eager; the others take ``0 <= i < size``.
+
+Bounds: an index out of range loads nothing (the source load is masked: no
+memory outside the source is touched) and gives 0, where eager raises
+(``IndexError`` for ``index_select``, ``embedding`` and ``x[i]``,
+``RuntimeError`` for ``gather``). The kernel holds a ``tl.device_assert`` on
+the range, which Triton compiles only in its debug mode (``TRITON_DEBUG=1``
+on a GPU; the interpreter never checks it). A source dimension of size 0
+read by a non-empty output (every index out of range) stays an aten call, so
+eager's error is raised there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+#: the ops read at computed indexes, by the name the report gives their kind
+INDEX_READS: dict[Any, str] = {
+    aten.index_select.default: "index_select",
+    aten.embedding.default: "embedding",
+    aten.gather.default: "gather",
+    aten.index.Tensor: "index",
+}
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+@dataclass(frozen=True)
+class IndexRead:
+    """How an output element of an index read finds its source element.
+
+    :ivar source: the tensor read at computed indexes.
+    :ivar index: the integer tensor holding them.
+    :ivar dim: the source dimension the index picks.
+    :ivar index_dims: the output dimensions giving the index's coordinates, in
+        the index's dimension order.
+    :ivar source_dims: per source dimension, the output dimension giving its
+        coordinate; None for ``dim``.
+    :ivar wraps: a negative index counts from the end (``aten.index``).
+    """
+
+    source: torch.fx.Node
+    index: torch.fx.Node
+    dim: int
+    index_dims: tuple[int, ...]
+    source_dims: tuple[int | None, ...]
+    wraps: bool = False
+
+    def __post_init__(self) -> None:
+        if self.source_dims.count(None) != 1 or self.source_dims[self.dim] is not None:
+            raise ValueError(f"source dimension {self.dim} must be the one picked by the index: {self.source_dims}")
+
+
+def _meta(node: Any) -> torch.Tensor:
+    return node.meta["val"]  # type: ignore[no-any-return]
+
+
+def _arg(node: torch.fx.Node, position: int, name: str, default: Any = None) -> Any:
+    return node.args[position] if len(node.args) > position else node.kwargs.get(name, default)
+
+
+def _index_tensors(node: torch.fx.Node) -> list[tuple[int, Any]]:
+    return [(p, i) for p, i in enumerate(_arg(node, 1, "indices", [])) if i is not None]
+
+
+def fallback_reason(node: torch.fx.Node) -> str | None:
+    """Why index read ``node`` stays an aten call, or None (its operands are
+    statically shaped tensors of supported dtypes: ``classify`` checked)."""
+    kind = INDEX_READS[node.target]
+    if kind == "index":
+        tensors = _index_tensors(node)
+        if len(tensors) != 1 or not isinstance(tensors[0][1], torch.fx.Node):
+            return "indexing with several index tensors (broadcast together) or none"
+        index = _meta(tensors[0][1])
+    else:
+        index = _meta(_arg(node, 1 if kind == "embedding" else 2, "indices" if kind == "embedding" else "index"))
+    source = _meta(node.args[0])
+    if index.dtype not in _INDEX_DTYPES:
+        return f"an index of dtype {index.dtype} (a mask, or eager raises)"
+    if source.dim() == 0 or (kind == "embedding" and source.dim() != 2):
+        return f"{kind} of a {source.dim()}-dim source"
+    if kind == "index_select" and index.dim() > 1:
+        return "index_select with an index of more than one dimension (eager raises)"
+    if kind == "gather" and index.dim() != source.dim():
+        return "gather with an index of another rank than the source (eager raises)"
+    read = index_read(node)
+    if source.shape[read.dim] == 0 and _meta(node).numel() > 0:
+        return "indexes into an empty dimension (every index is out of range: eager raises)"
+    return None
+
+
+def index_read(node: torch.fx.Node) -> IndexRead:
+    """The :class:`IndexRead` of ``node``, an op of :data:`INDEX_READS` that
+    :func:`fallback_reason` accepted."""
+    kind = INDEX_READS[node.target]
+    source = node.args[0]
+    assert isinstance(source, torch.fx.Node)
+    rank = _meta(source).dim()
+    if kind == "embedding":  # out: indices.shape + (embedding_dim,)
+        index = _arg(node, 1, "indices")
+        k = _meta(index).dim()
+        return IndexRead(source, index, 0, tuple(range(k)), (None, k))
+    if kind == "index":  # out: source.shape[:p] + index.shape + source.shape[p + 1:]
+        ((p, index),) = _index_tensors(node)
+        k = _meta(index).dim()
+        dims = tuple(j if j < p else None if j == p else j + k - 1 for j in range(rank))
+        return IndexRead(source, index, p, tuple(range(p, p + k)), dims, wraps=True)
+    dim = int(_arg(node, 1, "dim")) % rank
+    index = _arg(node, 2, "index")
+    dims = tuple(None if j == dim else j for j in range(rank))
+    if kind == "gather":  # out: index.shape
+        return IndexRead(source, index, dim, tuple(range(rank)), dims)
+    return IndexRead(source, index, dim, (dim,) if _meta(index).dim() == 1 else (), dims)  # index_select

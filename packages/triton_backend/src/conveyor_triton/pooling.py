@@ -1,0 +1,103 @@
+"""Pooling windows as values of a fused kernel instead of aten calls (Note
+[Pooling windows]).
+
+Note [Pooling windows]: an output element of ``avg_pool2d`` reads the
+window of its input that its (row, column) coordinates say, at the same
+leading coordinates; the kernel (``conveyor_triton.codegen_pool``) unrolls
+the window (at most :data:`MAX_WINDOW` elements), each load masked to the
+input (padding reads nothing), and computes the element as eager's CPU kernel
+does: the sum in row-major window order, in float32 for 16-bit floats
+(eager's accumulator), divided by the window's size, the padding counted or
+not (``count_include_pad``) or ``divisor_override``; a window that holds no
+input element gives 0. The value joins its users' group like any pointwise
+value; its input is read from memory (``ops.SHIFTED``).
+
+What stays aten, and why:
+
+* ``max_pool2d_with_indices`` and the pooling backwards: the first has two
+  outputs (values and indices), which a fused kernel's values cannot be yet
+  (the graph's ``getitem`` of a tuple is an aten view, not a member);
+  ``avg_pool2d_backward`` and ``max_pool2d_with_indices_backward`` add
+  each output-gradient element into several input-gradient elements (a
+  scatter: atomic adds, not a value per output element).
+* windows of more than :data:`MAX_WINDOW` elements (the unrolled kernel
+  would be long), integer inputs (eager divides in the integer type) and
+  inputs of another rank than 3 or 4.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+#: the pooling ops written as kernels, by kind
+POOLS: dict[Any, str] = {aten.avg_pool2d.default: "avg"}
+
+#: the most elements of a window the kernel unrolls
+MAX_WINDOW = 64
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pooling op's window: sizes, strides and padding as (rows, columns).
+
+    :ivar divisor: ``divisor_override``, or None.
+    """
+
+    kind: str
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    count_include_pad: bool = True
+    divisor: int | None = None
+
+    def __post_init__(self) -> None:
+        if min(*self.kernel, *self.stride) < 1 or min(self.padding) < 0:
+            raise ValueError(f"not a pooling window: {self}")
+
+
+def _pair(value: Any, default: tuple[int, int] | None = None) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (value, value)
+    items = tuple(value)
+    if not items and default is not None:
+        return default
+    return (items[0], items[0]) if len(items) == 1 else (items[0], items[1])
+
+
+def _arg(node: torch.fx.Node, position: int, name: str, default: Any) -> Any:
+    return node.args[position] if len(node.args) > position else node.kwargs.get(name, default)
+
+
+def pool(node: torch.fx.Node) -> Pool:
+    """The :class:`Pool` of ``node``, an op of :data:`POOLS`."""
+    kernel = _pair(_arg(node, 1, "kernel_size", ()))
+    return Pool(
+        POOLS[node.target],
+        kernel,
+        _pair(_arg(node, 2, "stride", ()), kernel),
+        _pair(_arg(node, 3, "padding", 0)),
+        bool(_arg(node, 5, "count_include_pad", True)),
+        _arg(node, 6, "divisor_override", None),
+    )
+
+
+def fallback_reason(node: torch.fx.Node) -> str | None:
+    """Why pooling ``node`` stays an aten call, or None (its operands are
+    statically shaped tensors of supported dtypes: ``classify`` checked)."""
+    x = node.args[0].meta["val"]  # type: ignore[union-attr]
+    if not x.dtype.is_floating_point:
+        return f"pooling of {x.dtype} (eager divides in the integer type; not written)"
+    if x.dim() not in (3, 4):
+        return f"pooling of a {x.dim()}-dim input"
+    p = pool(node)
+    if p.kernel[0] * p.kernel[1] > MAX_WINDOW:
+        return f"a window of more than {MAX_WINDOW} elements (unrolled in the kernel)"
+    if p.divisor == 0:
+        return "divisor_override 0 (eager raises)"
+    return None

@@ -1,0 +1,228 @@
+"""Reads at computed indexes and pooling windows as generated kernels
+instead of aten calls: ``index_select``, ``embedding``, ``gather`` and
+``x[i]`` (Note [Index reads] in ``conveyor_triton.index_reads``),
+``avg_pool2d`` (Note [Pooling windows] in ``conveyor_triton.pooling``), fused
+with their users, against eager with the interpreter's launches and a GPU's
+(``launch_for="cuda"``), static and generic kernels; an index out of range;
+an sm_90 / sm_80 compile with the real Triton compiler."""
+
+from __future__ import annotations
+
+import conveyor_triton
+import pytest
+import torch
+import torch.nn.functional as F
+from conveyor.testing import check
+from conveyor_triton import aot
+
+LAUNCHES = [pytest.param({}, id="interpreter"), pytest.param({"launch_for": "cuda"}, id="gpu-launches")]
+STATIC = [pytest.param(True, id="static"), pytest.param(False, id="generic")]
+
+
+def _kernel_ops(compiled) -> list[str]:
+    return [n for r in conveyor_triton.reports(compiled) for k in r.kernels for n in k.nodes]
+
+
+def _fallbacks(compiled) -> list[str]:
+    return [f"{f.target}: {f.reason}" for r in conveyor_triton.reports(compiled) for f in r.fallbacks]
+
+
+def index_selects(x, i, j):
+    return x.index_select(0, i) * 2, x.index_select(1, j).sin(), x.index_select(-1, j[1:]) + 1, x.index_select(2, j[2])
+
+
+def embeddings(w, i, pos):
+    return F.embedding(i, w) + pos, F.embedding(i[0], w, padding_idx=0) * 3
+
+
+def gathers(x, i, k):
+    return x.gather(1, i).exp(), x.gather(0, k) - 1, x.gather(-1, i[:, :2]) * x[:, :2]
+
+
+def subscripts(x, i, k):
+    return x[i] + 1, x[:, i] * 2, x[k].cos(), x[:, :, k]
+
+
+INDEX_CASES = [
+    pytest.param(
+        index_selects,
+        lambda: (torch.randn(6, 5, 3), torch.tensor([5, 0, 2, 2]), torch.tensor([4, 1, 0])),
+        id="index_select",
+    ),
+    pytest.param(
+        index_selects,
+        lambda: (torch.randn(5, 6, 3).transpose(0, 1), torch.tensor([5, 0, 2, 2], dtype=torch.int32), torch.tensor([4, 1, 0])),
+        id="index_select-int32-non-contiguous",
+    ),
+    pytest.param(
+        embeddings,
+        lambda: (torch.randn(11, 8), torch.tensor([[1, 3, 10], [0, 0, 7]]), torch.randn(3, 8)),
+        id="embedding",
+    ),
+    pytest.param(
+        embeddings,
+        lambda: (torch.randn(8, 11).t().to(torch.bfloat16), torch.tensor([[1, 3, 7], [0, 0, 7]], dtype=torch.int32), torch.randn(3, 8)),
+        id="embedding-bfloat16-transposed-weight",
+    ),
+    pytest.param(
+        gathers,
+        lambda: (torch.randn(4, 6), torch.randint(0, 6, (4, 5)), torch.randint(0, 4, (3, 6))),
+        id="gather",
+    ),
+    pytest.param(
+        gathers,
+        lambda: (torch.randn(6, 4).t().half(), torch.randint(0, 6, (4, 5)).t().contiguous().t(), torch.randint(0, 4, (3, 6))),
+        id="gather-float16-strided-index",
+    ),
+    pytest.param(
+        subscripts,
+        lambda: (torch.randn(5, 4, 3), torch.tensor([-1, 0, 3, -4]), torch.tensor([[0, -2], [1, 2]])),
+        id="subscript-negative",
+    ),
+    pytest.param(
+        subscripts,
+        lambda: (torch.randint(-9, 9, (5, 4, 3), dtype=torch.int8), torch.tensor([-1, 0, 3], dtype=torch.int32), torch.tensor([[0, -2]])),
+        id="subscript-int8",
+    ),
+]
+
+
+@pytest.mark.parametrize("static", STATIC)
+@pytest.mark.parametrize("launch", LAUNCHES)
+@pytest.mark.parametrize("fn, make_args", INDEX_CASES)
+def test_index_reads_fuse_with_their_users(fn, make_args, launch, static, triton_only):
+    result = check(fn, *make_args(), compile=triton_only(static_layouts=static, **launch))
+    assert not isinstance(result.eager_out, Exception), result.eager_out
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
+
+
+def test_index_reads_of_bool_and_int64_sources(triton_only):
+    def fn(m, x, i):
+        return m.index_select(0, i), x[i] * 2, m.gather(1, i[None].expand(3, -1)) | True
+
+    check(fn, torch.rand(3, 4) > 0.5, torch.arange(12).view(3, 4), torch.tensor([2, 0, 1]), compile=triton_only())
+
+
+def test_index_reads_into_reductions_and_broadcasts(triton_only):
+    def fn(w, i, g, b):
+        e = F.embedding(i, w)
+        norm = (e - e.mean(-1, keepdim=True)) * g + b  # reductions over the gathered rows
+        scale = w.index_select(0, i[0])[:, :1]  # absorbed at its user's larger shape
+        return norm.softmax(-1), e.amax(0), scale * g
+
+    w, i = torch.randn(10, 16), torch.tensor([[1, 9, 4, 4], [0, 2, 3, 9]])
+    result = check(fn, w, i, torch.randn(16), torch.randn(16), compile=triton_only(), atol=1e-5, rtol=1e-5)
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
+    assert _kernel_ops(result.compiled).count("embedding") >= 1
+
+
+def test_index_reads_do_not_fuse_their_inputs(triton_only):
+    def fn(x, i):
+        y = x.exp()
+        return y.index_select(0, i) + 1
+
+    result = check(fn, torch.randn(5, 3), torch.tensor([4, 4, 0]), compile=triton_only())
+    (report,) = conveyor_triton.reports(result.compiled)
+    (with_read,) = [k for k in report.kernels if "index_select" in k.nodes]
+    assert "exp" not in with_read.nodes and "add" in with_read.nodes, str(report)
+
+
+def test_index_reads_with_gradients(triton_only):
+    w = torch.randn(7, 4, requires_grad=True)
+    x = torch.randn(5, 4, requires_grad=True)
+    i = torch.tensor([[6, 0], [2, 2]])
+    check(lambda w, x, i: (F.embedding(i, w) * 2, x.gather(0, i[:, :1].expand(2, 4)).sum()), w, x, i, compile=triton_only())
+
+
+def test_what_stays_aten(triton_only):
+    x = torch.randn(4, 5)
+    result = check(lambda x, i: x[i, i] + 1, x, torch.tensor([0, 3]), compile=triton_only())
+    reasons = _fallbacks(result.compiled)
+    assert any("several index tensors" in r for r in reasons), reasons
+    # every index out of range of an empty dimension: eager raises, so does the aten call
+    check(lambda x, i: x.index_select(0, i) + 1, torch.randn(0, 3), torch.tensor([0]), compile=triton_only())
+
+
+def test_an_index_out_of_range_reads_zero_and_never_outside_the_source(triton_only):
+    """Note [Index reads]: documented, not eager's behaviour (eager raises)."""
+    fn = triton_only()(lambda x, i: x.index_select(0, i) + 1)
+    x, i = torch.randn(4, 3), torch.tensor([1, 4, -1, 1 << 40])
+    with pytest.raises(IndexError):
+        x.index_select(0, i)
+    got = fn(x, i)
+    torch.testing.assert_close(got, torch.stack([x[1] + 1, *([torch.ones(3)] * 3)]))
+
+
+def avg_pools(x):
+    return (
+        F.avg_pool2d(x, 2).relu(),
+        F.avg_pool2d(x, 3, stride=2, padding=1) * 2,
+        F.avg_pool2d(x, (3, 2), stride=(1, 2), padding=(1, 0), ceil_mode=True, count_include_pad=False),
+        F.avg_pool2d(x, 2, stride=3, padding=1, ceil_mode=True),
+        F.avg_pool2d(x, 3, padding=1, divisor_override=4),
+    )
+
+
+POOL_CASES = [
+    pytest.param(avg_pools, lambda: (torch.randn(2, 3, 7, 8),), id="avg"),
+    pytest.param(avg_pools, lambda: (torch.randn(3, 9, 5),), id="avg-3d"),
+    pytest.param(avg_pools, lambda: (torch.randn(2, 3, 7, 8).to(memory_format=torch.channels_last),), id="avg-channels-last"),
+    pytest.param(avg_pools, lambda: (torch.randn(2, 3, 7, 8).to(torch.bfloat16),), id="avg-bfloat16"),
+    pytest.param(avg_pools, lambda: (torch.randn(1, 2, 6, 9, dtype=torch.float64)[..., ::2],), id="avg-float64-strided"),
+]
+
+
+@pytest.mark.parametrize("static", STATIC)
+@pytest.mark.parametrize("launch", LAUNCHES)
+@pytest.mark.parametrize("fn, make_args", POOL_CASES)
+def test_pooling_windows(fn, make_args, launch, static, triton_only):
+    result = check(fn, *make_args(), compile=triton_only(static_layouts=static, **launch))
+    assert not isinstance(result.eager_out, Exception), result.eager_out
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
+
+
+def test_pooling_fuses_with_users_and_reductions(triton_only):
+    def fn(x, w):
+        y = x.sigmoid()  # read from memory by the pooling's kernel
+        p = F.avg_pool2d(y, 2, padding=1)
+        return (p * w).mean((-2, -1)), p.softmax(-1)
+
+    x = torch.randn(2, 4, 6, 6)
+    x[0, 0, 0, 0] = float("nan")
+    x[1, 2, 3, 3] = float("inf")
+    result = check(fn, x, torch.randn(4, 1, 1), compile=triton_only())
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
+    (report,) = conveyor_triton.reports(result.compiled)
+    (with_pool,) = [k for k in report.kernels if "avg_pool2d" in k.nodes]
+    assert "sigmoid" not in with_pool.nodes and len(with_pool.nodes) > 1, str(report)
+
+
+def test_pooling_that_stays_aten(triton_only):
+    result = check(lambda x: F.avg_pool2d(x, 9, padding=4) + 1, torch.randn(1, 2, 9, 9), compile=triton_only())
+    assert any("more than 64" in r for r in _fallbacks(result.compiled)), _fallbacks(result.compiled)
+
+
+# ---------------------------------------------------------------------------
+# Compiled for sm_90 and sm_80 by the real Triton compiler (Note [Ahead-of-time check])
+
+
+#: one program per op, static kernels (``--aot-check`` compiles every kernel of the tests above)
+AOT_RUNS = [
+    (
+        lambda x, i, j: (x.index_select(1, j) * 2, x[:, i]),
+        lambda: (torch.randn(5, 6, 3).transpose(0, 1), torch.tensor([5, 0, -2]), torch.tensor([4, 1], dtype=torch.int32)),
+    ),
+    (lambda w, i, g: F.embedding(i, w).softmax(-1) * g, lambda: (torch.randn(11, 8).half(), torch.tensor([[1, 3], [0, 7]]), torch.randn(8))),
+    (lambda x, i: x.gather(1, i).exp(), lambda: (torch.randn(4, 6), torch.randint(0, 6, (4, 5)))),
+    (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False).relu(), lambda: (torch.randn(2, 3, 7, 8).to(torch.bfloat16),)),
+]
+
+
+def test_index_kernels_compile_for_sm90_and_sm80():
+    from test_triton_aot import _compile_all, _program, _record
+
+    recorder = _record([_program(fn, make_args) for fn, make_args in AOT_RUNS])
+    results = _compile_all(recorder)
+    names = {launch.name for launch in recorder.launches()}
+    assert all(any(op in n for n in names) for op in ("index_select", "embedding", "gather", "index", "avg_pool2d")), names
+    assert not aot.errors(results), aot.errors(results)
