@@ -46,6 +46,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils._python_dispatch import _disable_current_modes
 
+from conveyor_compiled_autograd.accumulate import fresh_outputs
 from conveyor_compiled_autograd.plan import Segment, run_node
 from conveyor_compiled_autograd.recheck import LastVariant
 from conveyor_compiled_autograd.simplify import simplify
@@ -150,6 +151,7 @@ class SegmentProgram:
         #: why the segment was compiled for static sizes (a stage rejected symbolic ones), if it was
         self.specialized: str | None = None
         self._last: LastVariant | None = None  # Note [The last variant first]
+        self._hit = False  # whether the latest call ran ``_last``'s variant by its check
 
     @property
     def graphs(self) -> tuple[StageGraph, ...]:
@@ -160,7 +162,9 @@ class SegmentProgram:
     def __call__(self, values: list[Any]) -> list[Any]:
         """The segment's outputs from its inputs' values."""
         last = self._last
-        if last is not None and last.holds(values):  # Note [The last variant first]
+        self._hit = last is not None and last.holds(values)
+        if self._hit:  # Note [The last variant first]
+            assert last is not None
             variant = last.variant
             outs = variant.compiled(list(last.dynamic(values)))
             return [None if k is None else outs[k] for k in variant.outputs]
@@ -184,6 +188,16 @@ class SegmentProgram:
                     stacklevel=2,
                 )
         return self._run_eagerly(values)
+
+    def fresh(self, values: Sequence[Any], outs: Sequence[Any]) -> list[bool]:
+        """:func:`fresh_outputs` of the latest call's ``values`` and ``outs``,
+        scanned once per check of Note [The last variant first]."""
+        last = self._last
+        if not self._hit or last is None:
+            return fresh_outputs(values, outs)
+        if last.fresh is None:
+            last.fresh = fresh_outputs(values, outs)
+        return last.fresh
 
     def _remember(self, values: Sequence[Any], positions: list[int], variant: Variant) -> None:
         """Check ``variant`` first on the next call (static variants only:

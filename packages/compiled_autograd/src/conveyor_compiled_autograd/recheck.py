@@ -12,7 +12,10 @@ for a *static* variant:
   constants, and no tensor is a subclass);
 * each tensor's dtype, device, sizes, strides and ``requires_grad`` (torch's
   own C++ ``TensorGuards`` where the installed torch has it: one call for all
-  of them), and its storage offset;
+  of them), and its storage offset; a tensor the call passed at several
+  positions (one saved activation read by two formulas) is checked once, and
+  must again be one tensor at those positions (``TensorGuards`` refuses a
+  tensor passed twice);
 * every int and constant, by value;
 * the keyed stages' keys (dedupe's: which inputs are the same tensor) of the
   tensors' one ``CallSignature``, equal to those of the call the variant was
@@ -23,6 +26,12 @@ for a *static* variant:
 When any of it differs (new sizes, a new aliasing), the general way runs and
 the check is rebuilt from the call it chose. Symbolic variants (guards over
 symbols) always take the general way.
+
+Which outputs are fresh (Note [Stealing a fresh gradient]) is kept with the
+check too: a program run on inputs of the same layouts makes the same
+outputs views of its inputs or of each other (a view op aliases whatever
+the values, a computing op allocates), so the storage scan of every input
+and output runs once per check, not once per backward.
 """
 
 from __future__ import annotations
@@ -70,16 +79,24 @@ class LastVariant:
     """The check of Note [The last variant first] for one call's values and
     the static variant chosen for them."""
 
-    __slots__ = ("_check", "_keyed", "_keys", "_offsets", "_others", "_tensors", "_types", "_values", "dynamic", "variant")
+    __slots__ = ("_all_tensors", "_check", "_keyed", "_keys", "_offsets", "_others", "_repeats", "_tensors", "_types", "_values", "dynamic", "fresh", "variant")
 
     def __init__(self, values: Sequence[Any], positions: Sequence[int], variant: Any, keyed: Sequence[Any]) -> None:
         self.variant = variant
+        #: which outputs are fresh, once asked (see the Note)
+        self.fresh: list[bool] | None = None
         self._types = tuple(map(type, values))
         tensor_at = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
         if not _PLAIN.issuperset(self._types[i] for i in tensor_at):
             raise TypeError("a tensor subclass")
         taken = set(tensor_at)
-        self._tensors = _getter(tensor_at)
+        first: dict[int, int] = {}
+        for i in tensor_at:
+            first.setdefault(id(values[i]), i)
+        once = sorted(first.values())
+        self._repeats = tuple((i, first[id(values[i])]) for i in tensor_at if first[id(values[i])] != i)
+        self._all_tensors = _getter(tensor_at)
+        self._tensors = _getter(once)
         self._others = _getter([i for i in range(len(values)) if i not in taken])
         self._values = self._others(values)
         self.dynamic = _getter(list(positions))  # the compiled variant's inputs
@@ -87,22 +104,25 @@ class LastVariant:
         self._check = _tensor_check(tensors)
         self._offsets = tuple(map(_offset, tensors))
         self._keyed = tuple(keyed)
-        self._keys = self._stage_keys(tensors)
+        self._keys = self._stage_keys(values)
 
-    def _stage_keys(self, tensors: Sequence[torch.Tensor]) -> tuple[Hashable, ...]:
+    def _stage_keys(self, values: Sequence[Any]) -> tuple[Hashable, ...]:
         if not self._keyed:
             return ()
-        signature = CallSignature.of(tensors)
+        signature = CallSignature.of(self._all_tensors(values))
         return tuple(s.cache_key(signature) for s in self._keyed)
 
     def holds(self, values: Sequence[Any]) -> bool:
         """Whether ``values`` are laid out as the call this was built from."""
         if tuple(map(type, values)) != self._types:
             return False
+        for i, j in self._repeats:
+            if values[i] is not values[j]:
+                return False
         tensors = self._tensors(values)
         return (
             self._check(*tensors)
             and tuple(map(_offset, tensors)) == self._offsets
             and self._others(values) == self._values
-            and self._stage_keys(tensors) == self._keys
+            and self._stage_keys(values) == self._keys
         )

@@ -35,7 +35,7 @@ import torch.fx
 from conveyor import Pipeline, StageGraph
 from torch._dynamo import external_utils
 
-from conveyor_compiled_autograd.accumulate import fresh_outputs, try_steal
+from conveyor_compiled_autograd.accumulate import try_steal
 from conveyor_compiled_autograd.callbacks import collecting
 from conveyor_compiled_autograd.plan import Plan, plan, run_node
 from conveyor_compiled_autograd.program import STAGE, SegmentProgram
@@ -123,9 +123,10 @@ class CompiledBackward:
             if op == _GETITEMS:
                 env.update(zip(item, b(env[a]), strict=True))
             elif op == _SIZES:
-                for node, source in zip(item, a, strict=True):
-                    size = env[source]
-                    env[node] = size.size(1) if isinstance(size, torch.Tensor) else size
+                sizes_now = list(map(env.__getitem__, a))
+                if not _INTS.issuperset(map(type, sizes_now)):  # torch's wrapper: empty(0, n) (Note [Sizes as ints])
+                    sizes_now = [s.size(1) if isinstance(s, torch.Tensor) else s for s in sizes_now]
+                env.update(zip(item, sizes_now, strict=True))
             elif op == _GETITEM:
                 env[item] = env[a][b]
             elif op == _PLUMBING:
@@ -135,11 +136,11 @@ class CompiledBackward:
                     inputs.clear()
                     cleared = True
                 if op == _SEGMENT:
-                    values = [env[n] for n in item.inputs]
+                    values = list(map(env.__getitem__, item.inputs))
                     outs = a(values)
                     env.update(zip(item.outputs, outs, strict=True))
                     if b:
-                        for node, ok in zip(item.outputs, fresh_outputs(values, outs), strict=True):
+                        for node, ok in zip(item.outputs, a.fresh(values, outs), strict=True):
                             if ok:
                                 fresh.add(node)
                     del values, outs
@@ -198,6 +199,7 @@ class CompiledBackward:
         return _batched(ops)
 
 
+_INTS = frozenset({int})
 _GETITEM, _GETITEMS, _SIZES, _PLUMBING, _SEGMENT, _EAGER_SEGMENT, _STUB, _STEAL, _OPAQUE = range(9)
 
 
