@@ -17,7 +17,7 @@ intermediates]).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,29 +36,42 @@ DOUBLE_BACKWARD = (
 
 
 class CompiledFunction(torch.autograd.Function):
-    """``apply(layout, forward, backward, *args)``: see the module docstring."""
+    """``apply(layout, forward, backward, *args)`` (``backward``: a
+    :class:`_Backward`): see the module docstring."""
 
     @staticmethod
-    def forward(ctx: Any, layout: AutogradLayout, fwd: CompiledFn, bwd: CompiledFn, *args: Any) -> tuple[Any, ...]:
-        user, tensors, symbols = layout.split_forward_outputs(fwd(list(args)))
-        ctx.save_for_backward(*tensors)
-        ctx.symbols = tuple(symbols)
-        ctx.layout, ctx.bwd = layout, bwd
-        outs = tuple(_own_view(o, args) for o in user)
-        ctx.mark_non_differentiable(*(outs[k] for k in layout.non_differentiable))
-        return outs
+    def forward(ctx: Any, layout: AutogradLayout, fwd: CompiledFn, bwd: _Backward, *args: Any) -> tuple[Any, ...]:
+        outs = fwd(list(args))
+        n, t = layout.num_outputs, layout.num_outputs + layout.num_saved_tensors
+        ctx.save_for_backward(*outs[n:t])
+        ctx.symbols = tuple(outs[t:]) if layout.num_saved_symbols else ()
+        ctx.bwd = bwd
+        user = outs[:n]
+        if any(map(_is_view_tensor, user)):
+            user = [_own_view(o, args) for o in user]
+        if layout.non_differentiable:
+            ctx.mark_non_differentiable(*(user[k] for k in layout.non_differentiable))
+        return tuple(user)
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> tuple[Any, ...]:
-        layout: AutogradLayout = ctx.layout
+        plan: _Backward = ctx.bwd
+        layout = plan.layout
         tensors = ctx.saved_tensors  # raises on a second backward without retain_graph
         grads_in = [g.contiguous() if isinstance(g, torch.Tensor) else g for g in grad_outputs]
+        args = layout.backward_args(tensors, ctx.symbols, grads_in)
+        if not torch.is_grad_enabled():  # the engine runs backward with grad mode off unless create_graph=True
+            return plan.function_grads(plan.compiled(args))
         with torch.no_grad():
-            grads = ctx.bwd(layout.backward_args(tensors, ctx.symbols, grads_in))
-        result = layout.input_grads(grads)
-        if torch.is_grad_enabled():  # create_graph=True
-            result = _poisoned(result, _leaf_inputs(ctx, len(result)))
+            grads = plan.compiled(args)
+        result = _poisoned(layout.input_grads(grads), _leaf_inputs(ctx, layout.num_inputs))
         return function_grads(result)
+
+
+def _is_view_tensor(out: Any) -> bool:
+    """A tensor that is a view (of an intermediate or of an input:
+    :func:`_own_view` tells which)."""
+    return isinstance(out, torch.Tensor) and out._is_view()
 
 
 def _own_view(out: Any, args: Sequence[Any]) -> Any:
@@ -172,6 +185,60 @@ def _compiled_autograd_key(ctx: Any) -> tuple[Any, ...]:
     return (ctx._autograd_function_id, *ctx.symbols)
 
 
+@dataclass(frozen=True)
+class _Backward:
+    """What :meth:`CompiledFunction.backward` needs of one program, made once
+    (Note [Run-time plan]).
+
+    :ivar layout: the program's calling conventions.
+    :ivar compiled: the compiled backward graph.
+    :ivar gather: for each of ``apply``'s arguments, the position of its
+        gradient among the backward graph's outputs (``len(grad_inputs)``:
+        none, read from the ``None`` appended after them).
+    """
+
+    layout: AutogradLayout
+    compiled: CompiledFn
+    gather: tuple[int, ...]
+
+    @staticmethod
+    def of(layout: AutogradLayout, compiled: CompiledFn) -> _Backward:
+        none = len(layout.grad_inputs)
+        where: dict[int, int] = {int(i): j for j, i in enumerate(layout.grad_inputs)}
+        return _Backward(layout, compiled, tuple(where.get(i, none) for i in range(-_LEADING, layout.num_inputs)))
+
+    def function_grads(self, grads: Sequence[Any]) -> tuple[Any, ...]:
+        """:func:`function_grads` of ``layout.input_grads(grads)``, by one
+        ``map`` over the precomputed positions."""
+        return tuple(map([*grads, None].__getitem__, self.gather))
+
+
+# Note [Run-time plan]: what runs per call is decided when the program is
+# wrapped: the backward's argument-to-gradient map (:class:`_Backward`), and
+# ``apply`` without ``Function.apply``'s Python layer where torch allows it
+# (:func:`_direct_apply`).
+def _direct_apply(function: type[CompiledFunction]) -> Callable[..., Any] | None:
+    """``function``'s C++ ``apply`` (what ``Function.apply`` calls after
+    unwrapping dead functorch wrappers, when no functorch transform is
+    active and the Function defines no ``setup_context``), or ``None`` where
+    this torch lays ``Function.apply`` out otherwise (probed)."""
+    base = getattr(torch._C, "_FunctionBase", None)
+    defines_setup = getattr(torch.autograd.function, "_is_setup_context_defined", None)
+    if (
+        base is None
+        or defines_setup is None
+        or defines_setup(function.setup_context)
+        or not hasattr(torch._C, "_are_functorch_transforms_active")
+        or not hasattr(torch._C._functorch, "unwrap_if_dead")
+    ):
+        return None
+    mro = function.__mro__
+    after = mro[mro.index(torch.autograd.Function) + 1 :]
+    if next((c for c in after if "apply" in vars(c)), None) is not base:
+        return None  # something between Function and the C++ base defines apply
+    return super(torch.autograd.Function, function).apply  # type: ignore[misc,no-any-return]
+
+
 def wrap(
     layout: AutogradLayout,
     compiled_forward: CompiledFn,
@@ -182,9 +249,27 @@ def wrap(
     pickles (Note [Picklable run-time callables] in ``conveyor.protocol.artifacts``)
     as the program's :class:`BackwardGraph`: the program's own
     ``CompiledFunction`` class is made again on load."""
+    backward = _Backward.of(layout, compiled_backward)
+    direct = _direct_apply(function)
+    if direct is None:
 
-    def run(args: list[Any]) -> Sequence[Any]:
-        return function.apply(layout, compiled_forward, compiled_backward, *args)
+        def run(args: list[Any]) -> Sequence[Any]:
+            return function.apply(layout, compiled_forward, backward, *args)  # type: ignore[no-any-return]
+
+    else:
+        transforms_active = torch._C._are_functorch_transforms_active
+        unwrap = torch._C._functorch.unwrap_if_dead
+        compiling = torch.compiler.is_compiling
+
+        def run(args: list[Any]) -> Sequence[Any]:
+            if not transforms_active() and not compiling():  # dynamo traces Function.apply
+                try:
+                    inputs = tuple(map(unwrap, args))  # Function.apply's unwrap_dead_wrappers, all tensors
+                except TypeError:  # a non-tensor input: torch's own apply
+                    pass
+                else:
+                    return direct(layout, compiled_forward, backward, *inputs)  # type: ignore[no-any-return]
+            return function.apply(layout, compiled_forward, backward, *args)  # type: ignore[no-any-return]
 
     marker = backward_graph_of(function)
     return reducible(run, _loaded, layout, compiled_forward, compiled_backward, marker)
