@@ -1,7 +1,8 @@
 """Reads at computed indexes and pooling windows as generated kernels
 instead of aten calls: ``index_select``, ``embedding``, ``gather`` and
 ``x[i]`` (Note [Index reads] in ``conveyor_triton.index_reads``),
-``avg_pool2d`` (Note [Pooling windows] in ``conveyor_triton.pooling``), fused
+``avg_pool2d`` and the pooling backwards (Note [Pooling windows] in
+``conveyor_triton.pooling``), fused
 with their users, against eager with the interpreter's launches and a GPU's
 (``launch_for="cuda"``), static and generic kernels; an index out of range;
 an sm_90 / sm_80 compile with the real Triton compiler."""
@@ -127,11 +128,12 @@ def test_index_reads_do_not_fuse_their_inputs(triton_only):
     assert "exp" not in with_read.nodes and "add" in with_read.nodes, str(report)
 
 
-def test_index_reads_with_gradients(triton_only):
+def test_index_reads_with_gradients(full_pipeline):
     w = torch.randn(7, 4, requires_grad=True)
     x = torch.randn(5, 4, requires_grad=True)
-    i = torch.tensor([[6, 0], [2, 2]])
-    check(lambda w, x, i: (F.embedding(i, w) * 2, x.gather(0, i[:, :1].expand(2, 4)).sum()), w, x, i, compile=triton_only())
+    fn = lambda w, x, i: (F.embedding(i, w) * 2, x.gather(0, i[:, :1].expand(2, 4)).sum())  # noqa: E731
+    result = check(fn, w, x, torch.tensor([[4, 0], [2, 2]]), compile=full_pipeline)
+    assert {"embedding", "gather"} <= set(_kernel_ops(result.compiled)), _kernel_ops(result.compiled)
 
 
 def test_what_stays_aten(triton_only):
@@ -197,6 +199,60 @@ def test_pooling_fuses_with_users_and_reductions(triton_only):
     assert "sigmoid" not in with_pool.nodes and len(with_pool.nodes) > 1, str(report)
 
 
+aten = torch.ops.aten
+
+
+def pool_backwards(g, x, gm, indices, gd, dilated):
+    return (
+        aten.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], False, True, None).relu(),
+        aten.avg_pool2d_backward(g, x, [3, 2], [2, 2], [1, 0], True, False, None) * 2,
+        aten.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], False, True, 5),
+        aten.max_pool2d_with_indices_backward(gm, x, [2, 2], [2, 2], [0, 0], [1, 1], False, indices) + 1,
+        aten.max_pool2d_with_indices_backward(gd, x, [3, 2], [1, 2], [1, 1], [2, 1], True, dilated),
+    )
+
+
+def _pool_backward_args(shape, dtype=torch.float32, channels_last=False):
+    x = torch.randn(shape).to(dtype)
+    x.view(-1)[::7] = 0.5  # ties: the first maximum's index wins
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    lead = shape[:-2]
+    _, indices = aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
+    _, dilated = aten.max_pool2d_with_indices(x, [3, 2], [1, 2], [1, 1], [2, 1], True)
+    grad = lambda t: torch.randn(t.shape).to(dtype)  # noqa: E731
+    g = torch.randn(*lead, (shape[-2] + 1) // 2 + 0, (shape[-1] + 1) // 2 + 0).to(dtype)
+    return g, x, grad(indices), indices, grad(dilated), dilated
+
+
+POOL_BACKWARD_CASES = [
+    pytest.param(lambda: _pool_backward_args((2, 3, 7, 8)), id="4d"),
+    pytest.param(lambda: _pool_backward_args((3, 9, 6)), id="3d"),
+    pytest.param(lambda: _pool_backward_args((2, 3, 7, 8), channels_last=True), id="channels-last"),
+    pytest.param(lambda: _pool_backward_args((2, 3, 7, 8), torch.bfloat16), id="bfloat16"),
+]
+
+
+@pytest.mark.parametrize("static", STATIC)
+@pytest.mark.parametrize("make_args", POOL_BACKWARD_CASES)
+def test_pooling_backwards(make_args, static, triton_only):
+    result = check(pool_backwards, *make_args(), compile=triton_only(static_layouts=static))
+    assert not isinstance(result.eager_out, Exception), result.eager_out
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
+
+
+def test_pooling_in_a_training_step(full_pipeline):
+    def fn(x, w):
+        y = F.avg_pool2d(x * w, 3, stride=2, padding=1)
+        m = F.max_pool2d(x, 3, stride=2, padding=1, dilation=2)  # forward stays aten (two outputs)
+        return y.sin(), m * 2
+
+    x = torch.randn(2, 3, 9, 10, requires_grad=True)
+    result = check(fn, x, torch.randn(3, 1, 1, requires_grad=True), compile=full_pipeline)
+    ops = _kernel_ops(result.compiled)
+    assert {"avg_pool2d", "avg_pool2d_backward", "max_pool2d_with_indices_backward"} <= set(ops), ops
+
+
 def test_pooling_that_stays_aten(triton_only):
     result = check(lambda x: F.avg_pool2d(x, 9, padding=4) + 1, torch.randn(1, 2, 9, 9), compile=triton_only())
     assert any("more than 64" in r for r in _fallbacks(result.compiled)), _fallbacks(result.compiled)
@@ -215,14 +271,30 @@ AOT_RUNS = [
     (lambda w, i, g: F.embedding(i, w).softmax(-1) * g, lambda: (torch.randn(11, 8).half(), torch.tensor([[1, 3], [0, 7]]), torch.randn(8))),
     (lambda x, i: x.gather(1, i).exp(), lambda: (torch.randn(4, 6), torch.randint(0, 6, (4, 5)))),
     (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False).relu(), lambda: (torch.randn(2, 3, 7, 8).to(torch.bfloat16),)),
+    (
+        lambda g, x, gm, i, gd, d: (
+            aten.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], False, True, None),
+            aten.max_pool2d_with_indices_backward(gd, x, [3, 2], [1, 2], [1, 1], [2, 1], True, d),
+        ),
+        lambda: _pool_backward_args((2, 3, 7, 8), torch.bfloat16),
+    ),
 ]
 
 
-def test_index_kernels_compile_for_sm90_and_sm80():
+def _compile(runs, ops):
     from test_triton_aot import _compile_all, _program, _record
 
-    recorder = _record([_program(fn, make_args) for fn, make_args in AOT_RUNS])
+    recorder = _record([_program(fn, make_args) for fn, make_args in runs])
     results = _compile_all(recorder)
     names = {launch.name for launch in recorder.launches()}
-    assert all(any(op in n for n in names) for op in ("index_select", "embedding", "gather", "index", "avg_pool2d")), names
+    assert all(any(op in n for n in names) for op in ops), names
     assert not aot.errors(results), aot.errors(results)
+
+
+def test_index_kernels_compile_for_sm90_and_sm80():
+    _compile(AOT_RUNS[:-1], ("index_select", "embedding", "gather", "index", "avg_pool2d"))
+
+
+@pytest.mark.slow
+def test_pooling_backward_kernels_compile_for_sm90_and_sm80():
+    _compile(AOT_RUNS[-1:], ("pool2d_backward",))

@@ -10,15 +10,23 @@ import torch
 import torch.fx
 
 from conveyor_triton.codegen_gather import output_coords, own_address
-from conveyor_triton.dtypes import compute_dtype, from_stored, tl_type
-from conveyor_triton.pooling import pool
+from conveyor_triton.dtypes import cast, compute_dtype, from_stored, tl_type
+from conveyor_triton.pooling import Pool, pool
 
 if TYPE_CHECKING:
     from conveyor_triton.codegen import KernelWriter
 
 
 def window(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> str:
-    """Note [Pooling windows]: the window of the output element's (row,
+    """Note [Pooling windows]: the value of pooling op ``node`` (a forward
+    window, or a backward's sum over the windows holding the element)."""
+    if pool(node).kind == "avg":
+        return _forward(w, node, scope, out, indent)
+    return _backward(w, node, scope, out, indent)
+
+
+def _forward(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> str:
+    """The window of the output element's (row,
     column), unrolled in row-major order, each load masked to the input; the
     sum in the accumulator's dtype, divided as eager's CPU ``avg_pool2d``
     divides (the window clipped to the padded input, or to the input when
@@ -42,20 +50,91 @@ def window(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], ind
             prefix, addr = own_address(w, source, [*lead, ih, iw], var)
             loaded = from_stored(f"tl.load({prefix} + {addr}, mask={mask} & {inside}, other=0)", x.dtype)
             out.append(f"{indent}{total} = {total} + {loaded}")
-    # eager: the window clipped to the padded input, then to the input
+    count, empty = _divisor(w, p, h0, w0, (height, width), out, indent)
+    name = w.fresh("v")
+    out.append(f"{indent}{name} = tl.where({empty}, 0.0, {total} / {count}.to({tl_type(acc)}))")
+    return name
+
+
+def _divisor(
+    w: KernelWriter, p: Pool, h0: str, w0: str, size: tuple[int, int], out: list[str], indent: str
+) -> tuple[str, str]:
+    """The divisor of the window starting at (``h0``, ``w0``) (padding
+    included) as eager's CPU ``avg_pool2d`` computes it (the window clipped to
+    the padded input, then to the input), and whether it holds no input element."""
+    height, width = size
     h1, w1, count = w.fresh("h"), w.fresh("w"), w.fresh("n")
     out.append(f"{indent}{h1} = tl.minimum({h0} + {p.kernel[0]}, {height + p.padding[0]})")
     out.append(f"{indent}{w1} = tl.minimum({w0} + {p.kernel[1]}, {width + p.padding[1]})")
-    padded = f"({h1} - {h0}) * ({w1} - {w0})"
     h0c, w0c = f"tl.maximum({h0}, 0)", f"tl.maximum({w0}, 0)"
     h1c, w1c = f"tl.minimum({h1}, {height})", f"tl.minimum({w1}, {width})"
     if p.divisor is not None:
         out.append(f"{indent}{count} = {p.divisor} + {h0} * 0")
     elif p.count_include_pad:
-        out.append(f"{indent}{count} = {padded}")
+        out.append(f"{indent}{count} = ({h1} - {h0}) * ({w1} - {w0})")
     else:
         out.append(f"{indent}{count} = ({h1c} - {h0c}) * ({w1c} - {w0c})")
-    name = w.fresh("v")
-    empty = f"({h0c} >= {h1c}) | ({w0c} >= {w1c})"
-    out.append(f"{indent}{name} = tl.where({empty}, 0.0, {total} / {count}.to({tl_type(acc)}))")
+    return count, f"(({h0c} >= {h1c}) | ({w0c} >= {w1c}))"
+
+
+def _backward(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> str:
+    """An input-gradient element, the sum over the
+    windows that hold it (window offsets in reverse: output elements in
+    row-major order, eager's order) of the output gradient, divided by the
+    window's divisor (``avg_pool2d_backward``) or where the window's saved
+    index is this element's (``max_pool2d_with_indices_backward``). A 16-bit
+    gradient rounds each quotient and each sum to its dtype, as eager's
+    kernel, which adds in that dtype."""
+    p = pool(node)
+    grad = node.args[0]
+    assert isinstance(grad, torch.fx.Node)
+    g = grad.meta["val"]
+    height, width = node.meta["val"].shape[-2:]
+    rows, cols = g.shape[-2:]
+    acc = compute_dtype(g.dtype)
+    coords, mask, var = output_coords(w, node, scope, out, indent)
+    lead, h, col = coords[:-2], coords[-2], coords[-1]
+    total = w.fresh("acc")
+    out.append(f"{indent}{total} = tl.zeros({w.block(scope)}, {tl_type(acc)})")
+    for i in range(p.kernel[0] - 1, -1, -1):
+        nh = _numerator(w, h, p.padding[0] - i * p.dilation[0], out, indent)
+        oh, ok_h = _output(nh, p.stride[0], rows)
+        for j in range(p.kernel[1] - 1, -1, -1):
+            nw = _numerator(w, col, p.padding[1] - j * p.dilation[1], out, indent)
+            ow, ok_w = _output(nw, p.stride[1], cols)
+            ok = w.fresh("ok")
+            out.append(f"{indent}{ok} = {mask} & {ok_h} & {ok_w}")
+            prefix, addr = own_address(w, grad, [*lead, oh, ow], var)
+            term = w.fresh("t")
+            out.append(f"{indent}{term} = {from_stored(f'tl.load({prefix} + {addr}, mask={ok}, other=0)', g.dtype)}")
+            if p.kind == "max_backward":
+                indices = node.args[7]
+                assert isinstance(indices, torch.fx.Node)
+                prefix, addr = own_address(w, indices, [*lead, oh, ow], var)
+                hit = f"(tl.load({prefix} + {addr}, mask={ok}, other=-1) == {h} * {width} + {col})"
+                out.append(f"{indent}{total} = {cast(f'{total} + tl.where({ok} & {hit}, {term}, 0.0)', acc, g.dtype)}")
+            else:
+                h0, w0 = w.fresh("h"), w.fresh("w")
+                out.append(f"{indent}{h0} = {oh} * {p.stride[0]} - {p.padding[0]}")
+                out.append(f"{indent}{w0} = {ow} * {p.stride[1]} - {p.padding[1]}")
+                count, _ = _divisor(w, p, h0, w0, (height, width), out, indent)
+                delta = cast(f"{term} / {count}.to({tl_type(acc)})", acc, g.dtype)
+                out.append(f"{indent}{total} = {cast(f'{total} + tl.where({ok}, {delta}, 0.0)', acc, g.dtype)}")
+    return total
+
+
+def _numerator(w: KernelWriter, coord: str, shift: int, out: list[str], indent: str) -> str:
+    """``coord + shift`` as a named value (``shift``: the padding less the window offset)."""
+    if shift == 0:
+        return coord
+    name = w.fresh("n")
+    out.append(f"{indent}{name} = {coord} + {shift}")
     return name
+
+
+def _output(numerator: str, stride: int, size: int) -> tuple[str, str]:
+    """The output coordinate ``numerator / stride`` and whether it is one (it
+    divides, and falls in ``[0, size)``)."""
+    if stride == 1:
+        return numerator, f"({numerator} >= 0) & ({numerator} < {size})"
+    return f"({numerator} // {stride})", f"({numerator} >= 0) & ({numerator} % {stride} == 0) & ({numerator} < {size * stride})"

@@ -9,17 +9,25 @@ input (padding reads nothing), and computes the element as eager's CPU kernel
 does: the sum in row-major window order, in float32 for 16-bit floats
 (eager's accumulator), divided by the window's size, the padding counted or
 not (``count_include_pad``) or ``divisor_override``; a window that holds no
-input element gives 0. The value joins its users' group like any pointwise
-value; its input is read from memory (``ops.SHIFTED``).
+input element gives 0.
+
+The backwards are gathers too, one value per input-gradient element: the
+windows that hold input element ``(h, w)`` are those whose window offset
+``(i, j)`` puts it there, ``oh = (h + pad - i * dilation) / stride`` when
+that divides, so the kernel unrolls the same window, reads the output
+gradient at each such ``(oh, ow)`` and adds, in the order eager's CPU kernel
+adds (output elements in row-major order): ``avg_pool2d_backward`` the output
+gradient divided by that window's divisor, ``max_pool2d_with_indices_backward``
+the output gradient where the saved index is this element's.
+
+Each value joins its users' group like any pointwise value; its inputs are
+read from memory (``ops.SHIFTED``).
 
 What stays aten, and why:
 
-* ``max_pool2d_with_indices`` and the pooling backwards: the first has two
-  outputs (values and indices), which a fused kernel's values cannot be yet
-  (the graph's ``getitem`` of a tuple is an aten view, not a member);
-  ``avg_pool2d_backward`` and ``max_pool2d_with_indices_backward`` add
-  each output-gradient element into several input-gradient elements (a
-  scatter: atomic adds, not a value per output element).
+* ``max_pool2d_with_indices``: it has two outputs (values and indices), which
+  a fused kernel's values cannot be yet (the graph's ``getitem`` of a tuple
+  is an aten view, not a member).
 * windows of more than :data:`MAX_WINDOW` elements (the unrolled kernel
   would be long), integer inputs (eager divides in the integer type) and
   inputs of another rank than 3 or 4.
@@ -36,7 +44,11 @@ import torch.fx
 aten = torch.ops.aten
 
 #: the pooling ops written as kernels, by kind
-POOLS: dict[Any, str] = {aten.avg_pool2d.default: "avg"}
+POOLS: dict[Any, str] = {
+    aten.avg_pool2d.default: "avg",
+    aten.avg_pool2d_backward.default: "avg_backward",
+    aten.max_pool2d_with_indices_backward.default: "max_backward",
+}
 
 #: the most elements of a window the kernel unrolls
 MAX_WINDOW = 64
@@ -44,7 +56,8 @@ MAX_WINDOW = 64
 
 @dataclass(frozen=True)
 class Pool:
-    """One pooling op's window: sizes, strides and padding as (rows, columns).
+    """One pooling op's window: sizes, strides, padding and dilation as
+    (rows, columns).
 
     :ivar divisor: ``divisor_override``, or None.
     """
@@ -55,9 +68,10 @@ class Pool:
     padding: tuple[int, int]
     count_include_pad: bool = True
     divisor: int | None = None
+    dilation: tuple[int, int] = (1, 1)
 
     def __post_init__(self) -> None:
-        if min(*self.kernel, *self.stride) < 1 or min(self.padding) < 0:
+        if min(*self.kernel, *self.stride, *self.dilation) < 1 or min(self.padding) < 0:
             raise ValueError(f"not a pooling window: {self}")
 
 
@@ -76,21 +90,27 @@ def _arg(node: torch.fx.Node, position: int, name: str, default: Any) -> Any:
 
 def pool(node: torch.fx.Node) -> Pool:
     """The :class:`Pool` of ``node``, an op of :data:`POOLS`."""
-    kernel = _pair(_arg(node, 1, "kernel_size", ()))
+    kind = POOLS[node.target]
+    at = 0 if kind == "avg" else 1  # a backward's arguments start with the output gradient
+    kernel = _pair(_arg(node, at + 1, "kernel_size", ()))
+    stride = _pair(_arg(node, at + 2, "stride", ()), kernel)
+    padding = _pair(_arg(node, at + 3, "padding", 0))
+    if kind == "max_backward":
+        return Pool(kind, kernel, stride, padding, dilation=_pair(_arg(node, 5, "dilation", 1)))
     return Pool(
-        POOLS[node.target],
+        kind,
         kernel,
-        _pair(_arg(node, 2, "stride", ()), kernel),
-        _pair(_arg(node, 3, "padding", 0)),
-        bool(_arg(node, 5, "count_include_pad", True)),
-        _arg(node, 6, "divisor_override", None),
+        stride,
+        padding,
+        bool(_arg(node, at + 5, "count_include_pad", True)),
+        _arg(node, at + 6, "divisor_override", None),
     )
 
 
 def fallback_reason(node: torch.fx.Node) -> str | None:
     """Why pooling ``node`` stays an aten call, or None (its operands are
     statically shaped tensors of supported dtypes: ``classify`` checked)."""
-    x = node.args[0].meta["val"]  # type: ignore[union-attr]
+    x = node.meta["val"]
     if not x.dtype.is_floating_point:
         return f"pooling of {x.dtype} (eager divides in the integer type; not written)"
     if x.dim() not in (3, 4):

@@ -22,10 +22,6 @@ STAYS_ATEN: dict[str, str] = {
     "leave any one of the values (as eager, which documents it as undefined)",
     "aten.max_pool2d_with_indices": "two outputs (values and indices): a tuple, whose getitems are aten views, "
     "not values a kernel computes (Note [Pooling windows] in conveyor_triton.pooling)",
-    "aten.max_pool2d_with_indices_backward": "adds each output gradient into the input gradient at its "
-    "index (a scatter with atomic adds)",
-    "aten.avg_pool2d_backward": "adds each output gradient into several input gradient elements (a scatter, "
-    "or a window gather per input element not written yet)",
     "aten.sort": "a sort along a dimension (tl.sort sorts a power-of-two tile; no stable sort with "
     "eager's NaN order yet)",
     "aten.topk": "a selection along a dimension (no kernel yet)",
