@@ -118,6 +118,9 @@ ENTRY = {
     "dynamo": lambda m: torch.compile(m, backend="conveyor"),
     "conveyor_triton": lambda m: conveyor.compile(m, backend="triton"),
     "dynamo_triton": lambda m: torch.compile(m, backend="conveyor", options={"backend": "triton"}),
+    # tests/test_hf_inductor.py's entry points
+    "conveyor_inductor": lambda m: conveyor.compile(m, backend="inductor"),
+    "dynamo_inductor": lambda m: torch.compile(m, backend="conveyor", options={"backend": "inductor"}),
 }
 
 #: what the default (CI) run keeps: one case of each kind, on both entry points
@@ -128,6 +131,11 @@ DEFAULT = {
     ("decode", "llama_sdpa", "conveyor"),
     ("decode", "gpt2", "dynamo"),
     ("generate", "llama_sdpa", "conveyor"),
+    # tests/test_hf_inductor.py: one model forward on both entry points (they share most kernels) and a
+    # training run: the two that failed first (GPT-2's view, ViT's convolution layout: conveyor-inductor's CHANGELOG)
+    ("forward", "gpt2", "conveyor_inductor"),
+    ("forward", "gpt2", "dynamo_inductor"),
+    ("train", "vit", "conveyor_inductor"),
 }
 
 
@@ -163,6 +171,11 @@ def _tensors(out: Any) -> list[torch.Tensor]:
     + _params("forward", ["llama_sdpa", "bert_mlm", "vit"], ["conveyor_triton", "dynamo_triton"]),
 )
 def test_forward_matches_eager_over_two_shapes(name: str, entry: str) -> None:
+    forward_matches_eager_over_two_shapes(name, entry)
+
+
+def forward_matches_eager_over_two_shapes(name: str, entry: str) -> None:
+    """``name``'s forward through ``ENTRY[entry]`` against an eager copy, on both input shapes."""
     model, ref = _pair(name)
     compiled = ENTRY[entry](model)
     with torch.no_grad():
@@ -179,6 +192,11 @@ def test_forward_matches_eager_over_two_shapes(name: str, entry: str) -> None:
     _params("train", list(ZOO), ["conveyor", "dynamo"]) + _params("train", ["bert_mlm"], ["conveyor_triton"]),
 )
 def test_training_steps_match_eager(name: str, entry: str) -> None:
+    training_steps_match_eager(name, entry)
+
+
+def training_steps_match_eager(name: str, entry: str) -> None:
+    """``hf_harness.train_like_eager`` of ``name`` through ``ENTRY[entry]``, inputs of both shapes in turn."""
     # wav2vec2's feature encoder sets `hidden_states.requires_grad = True` in training: compiled
     # (core Note [Tensors the program makes require grad])
     model, _ = _pair(name, train=True)
