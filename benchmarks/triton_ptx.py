@@ -110,6 +110,8 @@ MODELS: dict[str, Model] = {
     "mlp": Model(MLP, _x(8, 64, 256), lambda out: out.sum()),
     "layernorm_gelu_softmax": Model(NormBlock, _x(8, 64, 256), lambda out: out.sum()),
     "transformer_encoder_layer": Model(encoder, _x(8, 64, 256), lambda out: out.sum()),
+    # rows past a persistent tile (4096): looped reductions (Note [Reduction passes] in conveyor_triton.codegen_reduce)
+    "layernorm_softmax_8192": Model(lambda: NormBlock(8192), _x(4, 8, 8192), lambda out: out.sum()),
     "gpt2": Model(lambda: _hf("gpt2"), _ids, lambda out: out.loss),
     "llama": Model(lambda: _hf("llama"), _ids, lambda out: out.loss),
     "bert": Model(lambda: _hf("bert"), _ids, lambda out: out.loss),

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch.fx
 
 from conveyor_triton.classify import REDUCTIONS
+from conveyor_triton.codegen_accumulate import init, row_result
 from conveyor_triton.codegen_address import AddressWriter
-from conveyor_triton.codegen_reduce import init, row_result
 from conveyor_triton.dtypes import compute_dtype
 from conveyor_triton.fusion import Group
 from conveyor_triton.kernel_source import KernelSource, StoreStrides, TensorArg, kernel_text
