@@ -117,6 +117,20 @@ def test_index_reads_into_reductions_and_broadcasts(triton_only):
     assert _kernel_ops(result.compiled).count("embedding") >= 1
 
 
+def test_index_reads_broadcast_and_in_permuted_groups(triton_only):
+    def fn(x, idx, y, w, i):
+        return (
+            x.gather(1, idx) * y,  # computed at its user's larger shape
+            F.embedding(i, w).sum(0),  # a reduction over the leading dimension (Note [Permuted groups])
+            F.avg_pool2d(w[None, None], 2).sum(-2),
+        )
+
+    args = torch.randn(5, 6), torch.randint(0, 6, (5, 1)), torch.randn(5, 7), torch.randn(10, 8), torch.randint(0, 10, (30, 4))
+    result = check(fn, *args, compile=triton_only())
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
+    assert {"gather", "embedding", "avg_pool2d"} <= set(_kernel_ops(result.compiled))
+
+
 def test_index_reads_do_not_fuse_their_inputs(triton_only):
     def fn(x, i):
         y = x.exp()
