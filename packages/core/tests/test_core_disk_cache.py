@@ -134,6 +134,10 @@ def test_the_key_changes_with_each_part(monkeypatch: pytest.MonkeyPatch) -> None
         "stage options": _key(fn, (a, b), autoload=True, stages={"autograd": {"partitioner": "save_eager"}}),
         "stage set": _key(fn, (a, b), autoload=True),
     }
+    monkeypatch.setenv("CONVEYOR_TRITON_LAUNCH_FOR", "cuda")  # read by the triton stage's cache_key
+    variants["stage key"] = _key(fn, (a, b), autoload=True, backend="triton")
+    monkeypatch.delenv("CONVEYOR_TRITON_LAUNCH_FOR")
+    variants["backend"] = _key(fn, (a, b), autoload=True, backend="triton")
     with torch.no_grad():
         variants["grad mode"] = _key(fn, (a, b))
     with torch.autocast("cpu", dtype=torch.bfloat16):

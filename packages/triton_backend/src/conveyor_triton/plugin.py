@@ -24,8 +24,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             options=OPTIONS,
             default_for=("cuda",),
             reads=("aliasing",),
-            # programs compiled with launches for another device type are not reused from memory; the
-            # disk cache's key does not hold it (such a program computes the same values, launched otherwise)
+            # programs compiled with launches for another device type are not reused (from memory or disk)
             cache_key=lambda args: os.environ.get("CONVEYOR_TRITON_LAUNCH_FOR"),
             description="fused Triton kernels (interpreter on CPU), aten fallbacks listed in a report",
         )

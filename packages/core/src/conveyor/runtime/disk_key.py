@@ -13,7 +13,11 @@ Note [The disk cache key]: a sha256 over
 * the request's grad mode and label, and the process's autocast, inference
   mode, default dtype and deterministic-algorithms switch;
 * the pipeline: each stage in order with its kind, options, and the
-  distribution and version that registered it;
+  distribution and version that registered it, and the value of its
+  ``cache_key`` for this call's inputs (what the stage specializes on, as
+  the in-memory cache keys it: an environment switch it reads, which inputs
+  are one tensor); a value that is not plain data makes the request
+  unkeyable;
 * the environment: the versions of Python, torch, every distribution that
   registered a stage and every distribution those depend on directly; a
   distribution installed editable (``pip install -e``) is also fingerprinted
@@ -65,6 +69,7 @@ def program_key(pipeline: Any, request: Request) -> tuple[str | None, str]:
             FORMAT_VERSION,
             environment(_stage_distributions(pipeline)),
             _pipeline_part(pipeline),
+            _stage_keys(pipeline, request),
             _global_part(request),
             _inputs_part(request.inputs),
             _graph_part(request.graph),
@@ -96,6 +101,15 @@ def _pipeline_part(pipeline: Any) -> tuple[Any, ...]:
         )
         for spec in pipeline.stages
     )
+
+
+def _stage_keys(pipeline: Any, request: Request) -> tuple[Any, ...]:
+    """Each stage's ``cache_key`` for the request's inputs, as plain data."""
+    keyed = [spec for spec in pipeline.stages if spec.cache_key is not None]
+    if not keyed:
+        return ()
+    signature = CallSignature.of(request.inputs)
+    return tuple((spec.name, _plain(spec.cache_key(signature), f"stage {spec.name!r} cache_key")) for spec in keyed)
 
 
 def _plain(value: Any, what: str) -> Any:
