@@ -17,9 +17,10 @@ from conveyor_triton.codegen import KernelSource, StoreStrides, generate, genera
 from conveyor_triton.domain import contiguous_strides
 from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.fusion import Fuser, Group
+from conveyor_triton.index_reads import INDEX_READS, index_read
 from conveyor_triton.launch import choose, launch_device, split_launches
 from conveyor_triton.ops import RULES
-from conveyor_triton.program import AtenStep, KernelStep, Program, Variant, needs_index64
+from conveyor_triton.program import AtenStep, IndexBound, KernelStep, Program, Variant, needs_index64
 from conveyor_triton.report import Fallback, KernelEntry, Report
 
 
@@ -99,6 +100,13 @@ def _static_kernels(
     if not fp_fusion:
         kernel = dataclasses.replace(kernel, launch=dataclasses.replace(launch, fp_fusion=False))
     return {"static": kernel}
+
+
+def _bound(node: torch.fx.Node) -> IndexBound:
+    """The range the index of index read ``node`` must keep (Note [Indexes
+    out of range] in ``conveyor_triton.program``)."""
+    read = index_read(node)
+    return IndexBound(read.index, int(read.source.meta["val"].shape[read.dim]), read.wraps)
 
 
 def _splittable(group: Group, stored: list[torch.fx.Node]) -> bool:
@@ -218,6 +226,7 @@ def lower(
                 members=tuple(group.members),
                 launch_for=options.get("launch_for"),
                 autotune=bool(options.get("autotune", True)),
+                bounds=tuple(_bound(n) for n in group.members if n.op == "call_function" and n.target in INDEX_READS),
             )
         )
         kind = "reduction" if group.reduce is not None else "pointwise"

@@ -42,6 +42,43 @@ def needs_index64(total: int, layouts: Sequence[tuple[Sequence[int], Sequence[in
     return total > INT32_LIMIT or any(span(shape, stride) > INT32_LIMIT for shape, stride in layouts)
 
 
+# Note [Indexes out of range]: eager raises for an index read out of range
+# (``IndexError`` from ``index_select``, ``embedding`` and ``x[i]``, a
+# ``RuntimeError`` from ``gather``; on CUDA a device-side assert). A kernel's
+# masked load would give 0 instead, so a kernel step holding index reads
+# (Note [Index reads] in ``conveyor_triton.index_reads``) keeps each index's
+# range, and before it launches:
+#
+# * on CPU (Triton's interpreter) it reads each index tensor's least and
+#   greatest values, and when one is out of range runs its nodes as aten
+#   calls instead, so the call raises eager's own error;
+# * on CUDA the kernel is compiled in Triton's debug mode (``debug=True``),
+#   where its ``tl.device_assert`` on the range traps as eager's device-side
+#   assert does, as Inductor compiles kernels with indirect indexing;
+#   reading the values on the host would wait for the GPU at every call.
+
+
+@dataclass(frozen=True)
+class IndexBound:
+    """The range an index read's index must keep (Note [Indexes out of range]).
+
+    :ivar index: the node of the index tensor.
+    :ivar size: the length of the source dimension it picks.
+    :ivar wraps: a negative index counts from the end (``x[i]``).
+    """
+
+    index: torch.fx.Node
+    size: int
+    wraps: bool
+
+    def holds(self, index: torch.Tensor) -> bool:
+        """Every value of ``index`` is in range."""
+        if index.numel() == 0:
+            return True
+        least, greatest = torch.aminmax(index)
+        return bool(least >= (-self.size if self.wraps else 0)) and bool(greatest < self.size)
+
+
 @dataclass
 class KernelStep:
     """One kernel launch. ``sources`` holds the static kernel when the graph
@@ -72,6 +109,8 @@ class KernelStep:
     autotune: bool = True
     #: the launches kept by tuning, per variant
     _tuned: dict[Variant, Launch] = field(default_factory=dict)
+    #: the ranges of the indexes its index reads take (Note [Indexes out of range])
+    bounds: tuple[IndexBound, ...] = ()
 
     def __post_init__(self) -> None:
         if self.device is None and self.kernel.stores:
@@ -114,6 +153,9 @@ class KernelStep:
         return self._fns[variant]
 
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
+        if self.bounds and not all(b.holds(env[b.index]) for b in self.bounds if not env[b.index].is_cuda):
+            self.run_members(env)  # Note [Indexes out of range]: eager's error
+            return
         k = self.kernel
         static = k.launch is not None
         for a in k.loads:
@@ -167,7 +209,7 @@ class KernelStep:
             if bound is None and variant not in self._tuned and self.autotune:
                 launch = self._tuned[variant] = self._tune(variant, k, launch, args)
             if bound is None or not bound(args):
-                compiled = self.fn(variant)[(launch.grid,)](*args, **launch.meta)
+                compiled = self.fn(variant)[(launch.grid,)](*args, **self._meta(launch.meta, args[0]))
                 if bound is None and args[0].is_cuda:
                     self._bound[variant] = bind(compiled, launch, args)
         if metrics.active():
@@ -184,7 +226,7 @@ class KernelStep:
         fn = self.fn(variant)
 
         def run(option: Launch) -> None:
-            fn[(option.grid,)](*args, **option.meta)
+            fn[(option.grid,)](*args, **self._meta(option.meta, args[0]))
             if metrics.watched():  # the ahead-of-time check compiles every candidate too
                 metrics.launched(k, args, option.meta)
 
@@ -226,7 +268,7 @@ class KernelStep:
             if self.generic_rounds:  # Note [Explicit roundings and FMA]
                 blocks["enable_fp_fusion"] = False
             grid = ((k.xnumel + blocks["XBLOCK"] - 1) // blocks["XBLOCK"],)
-            self.fn(variant)[grid](*args, **blocks)
+            self.fn(variant)[grid](*args, **self._meta(blocks, tensors[0] if tensors else outs[0]))
             if metrics.active():
                 metrics.record("kernel", tensors, outs)
             if metrics.watched():
@@ -248,9 +290,18 @@ class KernelStep:
                 stacklevel=2,
             )
             self._warned = True
+        self.run_members(env)
+
+    def run_members(self, env: dict[torch.fx.Node, Any]) -> None:
+        """Run the kernel's nodes as aten calls."""
         for node in self.members:
             env[node] = run_node(node, env, None)
         self.run_views(env)
+
+    def _meta(self, meta: dict[str, Any], tensor: torch.Tensor) -> dict[str, Any]:
+        """A launch's keyword arguments, in Triton's debug mode on CUDA when
+        the kernel reads at computed indexes (Note [Indexes out of range])."""
+        return {**meta, "debug": True} if self.bounds and tensor.is_cuda else meta
 
 
 # Note [Bound launches]: a launch through Triton's ``JITFunction`` binds and
