@@ -159,14 +159,10 @@ def test_what_stays_aten(triton_only):
     check(lambda x, i: x.index_select(0, i) + 1, torch.randn(0, 3), torch.tensor([0]), compile=triton_only())
 
 
-def test_an_index_out_of_range_reads_zero_and_never_outside_the_source(triton_only):
-    """Note [Index reads]: documented, not eager's behaviour (eager raises)."""
-    fn = triton_only()(lambda x, i: x.index_select(0, i) + 1)
-    x, i = torch.randn(4, 3), torch.tensor([1, 4, -1, 1 << 40])
-    with pytest.raises(IndexError):
-        x.index_select(0, i)
-    got = fn(x, i)
-    torch.testing.assert_close(got, torch.stack([x[1] + 1, *([torch.ones(3)] * 3)]))
+def test_an_index_out_of_range_raises_eagers_error(triton_only):
+    """Note [Indexes out of range] (``conveyor_triton.program``; more in test_triton_index_bounds.py)."""
+    result = check(lambda x, i: x.index_select(0, i) + 1, torch.randn(4, 3), torch.tensor([1, 4, -1]), compile=triton_only())
+    assert isinstance(result.eager_out, IndexError), result.eager_out
 
 
 def avg_pools(x):
@@ -211,6 +207,49 @@ def test_pooling_fuses_with_users_and_reductions(triton_only):
     (report,) = conveyor_triton.reports(result.compiled)
     (with_pool,) = [k for k in report.kernels if "avg_pool2d" in k.nodes]
     assert "sigmoid" not in with_pool.nodes and len(with_pool.nodes) > 1, str(report)
+
+
+def max_pools(x):
+    v, i = F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True)
+    vd, idd = F.max_pool2d(x, (3, 2), stride=(1, 2), padding=1, dilation=(2, 1), ceil_mode=True, return_indices=True)
+    return v.relu(), i, vd * 2, idd, F.max_pool2d(x, 2)
+
+
+def _with_nan_inf_and_ties(shape, dtype=torch.float32):
+    x = torch.randn(shape).round().to(dtype)  # ties
+    flat = x.view(-1)
+    flat[::11] = float("nan")
+    flat[5::13] = float("-inf")
+    flat[3::17] = float("inf")
+    x[..., :3, :3] = float("-inf")  # an all -inf window: the first element's index
+    return x
+
+
+MAX_POOL_CASES = [
+    pytest.param(lambda: (_with_nan_inf_and_ties((2, 3, 7, 8)),), id="4d"),
+    pytest.param(lambda: (_with_nan_inf_and_ties((3, 9, 6)),), id="3d"),
+    pytest.param(lambda: (_with_nan_inf_and_ties((2, 3, 7, 8)).to(memory_format=torch.channels_last),), id="channels-last"),
+    pytest.param(lambda: (_with_nan_inf_and_ties((2, 3, 7, 8), torch.bfloat16),), id="bfloat16"),
+]
+
+
+@pytest.mark.parametrize("static", STATIC)
+@pytest.mark.parametrize("make_args", MAX_POOL_CASES)
+def test_max_pooling_values_and_indices(make_args, static, triton_only):
+    result = check(max_pools, *make_args(), compile=triton_only(static_layouts=static))
+    assert not isinstance(result.eager_out, Exception), result.eager_out
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
+    ops = _kernel_ops(result.compiled)
+    assert sum(op.startswith("max_pool2d_indices") for op in ops) == 2, ops  # the unused indices are dropped
+
+
+def test_pooling_to_one_row_or_column(triton_only):
+    def fn(x):
+        v, i = F.max_pool2d(x, (2, 3), stride=(2, 1), return_indices=True)  # one output row
+        return v, i, F.avg_pool2d(x, (1, 3), stride=3), aten.avg_pool2d_backward(v, x, [2, 3], [2, 1], [0, 0], False, True, None)
+
+    result = check(fn, torch.randn(2, 2, 3, 5), compile=triton_only())
+    assert not _fallbacks(result.compiled), _fallbacks(result.compiled)
 
 
 aten = torch.ops.aten
@@ -258,13 +297,13 @@ def test_pooling_backwards(make_args, static, triton_only):
 def test_pooling_in_a_training_step(full_pipeline):
     def fn(x, w):
         y = F.avg_pool2d(x * w, 3, stride=2, padding=1)
-        m = F.max_pool2d(x, 3, stride=2, padding=1, dilation=2)  # forward stays aten (two outputs)
+        m = F.max_pool2d(x, 3, stride=2, padding=1, dilation=2)
         return y.sin(), m * 2
 
     x = torch.randn(2, 3, 9, 10, requires_grad=True)
     result = check(fn, x, torch.randn(3, 1, 1, requires_grad=True), compile=full_pipeline)
     ops = _kernel_ops(result.compiled)
-    assert {"avg_pool2d", "avg_pool2d_backward", "max_pool2d_with_indices_backward"} <= set(ops), ops
+    assert {"avg_pool2d", "avg_pool2d_backward", "max_pool2d_values", "max_pool2d_indices", "max_pool2d_with_indices_backward"} <= set(ops), ops
 
 
 def test_pooling_that_stays_aten(triton_only):
@@ -280,7 +319,7 @@ def test_pooling_that_stays_aten(triton_only):
 AOT_RUNS = [
     (
         lambda x, i, j: (x.index_select(1, j) * 2, x[:, i]),
-        lambda: (torch.randn(5, 6, 3).transpose(0, 1), torch.tensor([5, 0, -2]), torch.tensor([4, 1], dtype=torch.int32)),
+        lambda: (torch.randn(5, 6, 3).transpose(0, 1), torch.tensor([4, 0, -2]), torch.tensor([4, 1], dtype=torch.int32)),
     ),
     (lambda w, i, g: F.embedding(i, w).softmax(-1) * g, lambda: (torch.randn(11, 8).half(), torch.tensor([[1, 3], [0, 7]]), torch.randn(8))),
     (lambda x, i: x.gather(1, i).exp(), lambda: (torch.randn(4, 6), torch.randint(0, 6, (4, 5)))),

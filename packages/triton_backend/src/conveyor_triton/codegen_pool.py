@@ -20,8 +20,11 @@ if TYPE_CHECKING:
 def window(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> str:
     """Note [Pooling windows]: the value of pooling op ``node`` (a forward
     window, or a backward's sum over the windows holding the element)."""
-    if pool(node).kind == "avg":
+    kind = pool(node).kind
+    if kind == "avg":
         return _forward(w, node, scope, out, indent)
+    if kind in ("max", "max_index"):
+        return _max_forward(w, node, scope, out, indent)
     return _backward(w, node, scope, out, indent)
 
 
@@ -37,7 +40,7 @@ def _forward(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], i
     x = source.meta["val"]
     height, width = x.shape[-2:]
     acc = compute_dtype(x.dtype)
-    coords, mask, var = output_coords(w, node, scope, out, indent)
+    coords, mask, var = _coords(w, node, scope, out, indent)
     lead, row, col = coords[:-2], coords[-2], coords[-1]
     h0, w0, total = w.fresh("h"), w.fresh("w"), w.fresh("acc")
     out.append(f"{indent}{h0} = {row} * {p.stride[0]} - {p.padding[0]}")
@@ -54,6 +57,48 @@ def _forward(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], i
     name = w.fresh("v")
     out.append(f"{indent}{name} = tl.where({empty}, 0.0, {total} / {count}.to({tl_type(acc)}))")
     return name
+
+
+def _max_forward(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> str:
+    """The maximum of the window (``max_pool2d_values``) or its index in the
+    input's plane (``max_pool2d_indices``), the window walked as eager's
+    kernel walks it: an element inside the input replaces the running
+    maximum when it is greater, or NaN, or the first inside the input."""
+    p = pool(node)
+    source = node.args[0]
+    assert isinstance(source, torch.fx.Node)
+    x = source.meta["val"]
+    height, width = x.shape[-2:]
+    acc = compute_dtype(x.dtype)
+    coords, mask, var = _coords(w, node, scope, out, indent)
+    lead, row, col = coords[:-2], coords[-2], coords[-1]
+    h0, w0, best, where, seen = w.fresh("h"), w.fresh("w"), w.fresh("m"), w.fresh("i"), w.fresh("seen")
+    block = w.block(scope)
+    out.append(f"{indent}{h0} = {row} * {p.stride[0]} - {p.padding[0]}")
+    out.append(f"{indent}{w0} = {col} * {p.stride[1]} - {p.padding[1]}")
+    out.append(f'{indent}{best} = tl.full({block}, float("-inf"), {tl_type(acc)})')
+    out.append(f"{indent}{where} = tl.zeros({block}, tl.int64)")
+    out.append(f"{indent}{seen} = tl.zeros({block}, tl.int32)")
+    for i in range(p.kernel[0]):
+        for j in range(p.kernel[1]):
+            ih, iw = f"({h0} + {i * p.dilation[0]})", f"({w0} + {j * p.dilation[1]})"
+            inside, v, take = w.fresh("in"), w.fresh("t"), w.fresh("take")
+            out.append(f"{indent}{inside} = ({ih} >= 0) & ({ih} < {height}) & ({iw} >= 0) & ({iw} < {width})")
+            prefix, addr = own_address(w, source, [*lead, ih, iw], var)
+            out.append(f"{indent}{v} = {from_stored(f'tl.load({prefix} + {addr}, mask={mask} & {inside}, other=0)', x.dtype)}")
+            out.append(f"{indent}{take} = {inside} & (({v} > {best}) | ({v} != {v}) | ({seen} == 0))")
+            out.append(f"{indent}{best} = tl.where({take}, {v}, {best})")
+            out.append(f"{indent}{where} = tl.where({take}, ({ih} * {width} + {iw}).to(tl.int64), {where})")
+            out.append(f"{indent}{seen} = tl.where({inside}, 1, {seen})")
+    return best if p.kind == "max" else where
+
+
+def _coords(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent: str) -> tuple[list[str], str, str]:
+    """``output_coords`` with the (row, column) coordinates always tensors
+    (a size-1 dimension's "0" would make the window's masks Python bools)."""
+    coords, mask, var = output_coords(w, node, scope, out, indent)
+    coords[-2:] = [c if c != "0" else f"({var} * 0)" for c in coords[-2:]]
+    return coords, mask, var
 
 
 def _divisor(
@@ -92,7 +137,7 @@ def _backward(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], 
     height, width = node.meta["val"].shape[-2:]
     rows, cols = g.shape[-2:]
     acc = compute_dtype(g.dtype)
-    coords, mask, var = output_coords(w, node, scope, out, indent)
+    coords, mask, var = _coords(w, node, scope, out, indent)
     lead, h, col = coords[:-2], coords[-2], coords[-1]
     total = w.fresh("acc")
     out.append(f"{indent}{total} = tl.zeros({w.block(scope)}, {tl_type(acc)})")

@@ -5,7 +5,9 @@ softmax ops (and their backwards) into pointwise ops and ``sum`` / ``amax``,
 plus our own ``mean`` / ``var`` / ``var_mean`` / ``std`` in terms of ``sum``
 (PyTorch's go through ``prims.var``, which has no single-kernel lowering here),
 less the decompositions that compute something else than eager's kernel
-(:data:`DIFFERS_FROM_EAGER`; GELU is fixed up at +inf instead, :func:`_gelu`).
+(:data:`DIFFERS_FROM_EAGER`; GELU is fixed up at +inf instead, :func:`_gelu`),
+and ``max_pool2d_with_indices`` as its values and its indices (Note [Max
+pooling's two outputs] in ``conveyor_triton.max_pool``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import torch
 import torch.fx
 from conveyor import Request
 from torch._decomp import core_aten_decompositions, get_decompositions
+
+from conveyor_triton import max_pool
 
 aten = torch.ops.aten
 
@@ -154,6 +158,7 @@ def table() -> dict[Any, Callable[..., Any]]:
             aten.var.correction: _var,
             aten.var_mean.correction: _var_mean,
             aten.std.correction: _std,
+            aten.max_pool2d_with_indices.default: max_pool.decomposition,  # Note [Max pooling's two outputs]
         }
     )
     return decomps
@@ -171,6 +176,7 @@ def decompose(request: Request) -> tuple[torch.fx.GraphModule, str | None]:
         decomposed = conveyor.retrace(flat, request.inputs, request.fake_mode, decomposition_table=table())
     except Exception as exc:  # a decomposition that cannot trace: keep the ops as they are
         return graph, f"decomposition failed ({type(exc).__name__}: {exc}); ops kept as received"
+    max_pool.drop_unused_indices(decomposed)
     before, after = _outputs(graph), _outputs(decomposed)
     if len(before) != len(after) or any(not _same_meta(a, b) for a, b in zip(before, after)):
         return graph, "decomposition changed an output's dtype or shape; ops kept as received"

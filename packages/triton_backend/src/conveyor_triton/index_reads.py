@@ -16,13 +16,11 @@ coordinates and which give the source's. ``aten.index`` counts a negative
 index from the end, as eager; the others take ``0 <= i < size``.
 
 Bounds: an index out of range loads nothing (the source load is masked: no
-memory outside the source is touched) and gives 0, where eager raises
-(``IndexError`` for ``index_select``, ``embedding`` and ``x[i]``,
-``RuntimeError`` for ``gather``). The kernel holds a ``tl.device_assert`` on
-the range, which Triton compiles only in its debug mode (``TRITON_DEBUG=1``
-on a GPU; the interpreter never checks it). A source dimension of size 0
-read by a non-empty output (every index out of range) stays an aten call, so
-eager's error is raised there.
+memory outside the source is touched), and the kernel holds a
+``tl.device_assert`` on the range; the kernel step raises eager's error
+before it launches (Note [Indexes out of range] in ``conveyor_triton.program``).
+A source dimension of size 0 read by a non-empty output (every index out of
+range) stays an aten call.
 """
 
 from __future__ import annotations

@@ -23,11 +23,15 @@ the output gradient where the saved index is this element's.
 Each value joins its users' group like any pointwise value; its inputs are
 read from memory (``ops.SHIFTED``).
 
+``max_pool2d_with_indices`` is decomposed into its values and its indices
+(Note [Max pooling's two outputs] in ``conveyor_triton.max_pool``), each
+the window unrolled as eager's kernel walks it: an element replaces the
+running maximum when it is greater or NaN, or is the window's first element
+inside the input (so the index of an all ``-inf`` window is its first
+element's, and the last NaN wins, as in eager).
+
 What stays aten, and why:
 
-* ``max_pool2d_with_indices``: it has two outputs (values and indices), which
-  a fused kernel's values cannot be yet (the graph's ``getitem`` of a tuple
-  is an aten view, not a member).
 * windows of more than :data:`MAX_WINDOW` elements (the unrolled kernel
   would be long), integer inputs (eager divides in the integer type) and
   inputs of another rank than 3 or 4.
@@ -41,11 +45,15 @@ from typing import Any
 import torch
 import torch.fx
 
+from conveyor_triton import max_pool
+
 aten = torch.ops.aten
 
 #: the pooling ops written as kernels, by kind
 POOLS: dict[Any, str] = {
     aten.avg_pool2d.default: "avg",
+    max_pool.VALUES: "max",
+    max_pool.INDICES: "max_index",
     aten.avg_pool2d_backward.default: "avg_backward",
     aten.max_pool2d_with_indices_backward.default: "max_backward",
 }
@@ -91,12 +99,12 @@ def _arg(node: torch.fx.Node, position: int, name: str, default: Any) -> Any:
 def pool(node: torch.fx.Node) -> Pool:
     """The :class:`Pool` of ``node``, an op of :data:`POOLS`."""
     kind = POOLS[node.target]
-    at = 0 if kind == "avg" else 1  # a backward's arguments start with the output gradient
+    at = 1 if kind.endswith("_backward") else 0  # a backward's arguments start with the output gradient
     kernel = _pair(_arg(node, at + 1, "kernel_size", ()))
     stride = _pair(_arg(node, at + 2, "stride", ()), kernel)
     padding = _pair(_arg(node, at + 3, "padding", 0))
-    if kind == "max_backward":
-        return Pool(kind, kernel, stride, padding, dilation=_pair(_arg(node, 5, "dilation", 1)))
+    if kind.startswith("max"):
+        return Pool(kind, kernel, stride, padding, dilation=_pair(_arg(node, at + 4, "dilation", 1)))
     return Pool(
         kind,
         kernel,
@@ -110,7 +118,7 @@ def pool(node: torch.fx.Node) -> Pool:
 def fallback_reason(node: torch.fx.Node) -> str | None:
     """Why pooling ``node`` stays an aten call, or None (its operands are
     statically shaped tensors of supported dtypes: ``classify`` checked)."""
-    x = node.meta["val"]
+    x = node.args[0].meta["val"]  # type: ignore[union-attr]
     if not x.dtype.is_floating_point:
         return f"pooling of {x.dtype} (eager divides in the integer type; not written)"
     if x.dim() not in (3, 4):

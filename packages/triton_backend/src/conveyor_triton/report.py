@@ -20,8 +20,6 @@ STAYS_ATEN: dict[str, str] = {
     "aten.scatter": "writes a copy of its destination at indexes read from a tensor: a kernel over the "
     "source's elements, which fusion groups (a value per output element) do not have yet; duplicate indexes "
     "leave any one of the values (as eager, which documents it as undefined)",
-    "aten.max_pool2d_with_indices": "two outputs (values and indices): a tuple, whose getitems are aten views, "
-    "not values a kernel computes (Note [Pooling windows] in conveyor_triton.pooling)",
     "aten.sort": "a sort along a dimension (tl.sort sorts a power-of-two tile; no stable sort with "
     "eager's NaN order yet)",
     "aten.topk": "a selection along a dimension (no kernel yet)",
