@@ -10,7 +10,9 @@ import torch.fx
 from conveyor.analysis.grad_regions import drop_inert_detaches
 from conveyor.protocol.artifacts import reducible
 from conveyor.protocol.backends.direct_calls import direct_forward
-from conveyor.protocol.backends.fold_views import fold_transpose_pairs, linear_calls
+from conveyor.protocol.backends.fold_views import fold_transpose_pairs, keepdim_views, linear_calls
+from conveyor.protocol.backends.movement import collapse_movement
+from conveyor.protocol.backends.restack import stack_copies
 from conveyor.protocol.stage import CompiledFn, Request
 from conveyor.protocol.stamps import stamp
 
@@ -23,6 +25,9 @@ class EagerBackend:
         # under no_grad a detach that only feeds other nodes is a node eager never runs
         graph = request.graph if request.grad_enabled else drop_inert_detaches(request.graph)
         graph = linear_calls(fold_transpose_pairs(graph))  # Note [Transpose pairs], Note [Linear calls]
+        if not request.grad_enabled:  # rewrites whose autograd history would not be the graph's
+            # Note [Kept dimensions], Note [Movement chains], Note [Copies around a stack]
+            graph = stack_copies(collapse_movement(keepdim_views(graph)))
         stamp(graph)  # the graph it runs (Note [Stamps])
         return _running(graph)
 

@@ -16,6 +16,12 @@ eager ran one. ATen's ``linear`` is exactly that composition, done in C++
 so :func:`linear_calls` gives it back its one call: the same kernels, the
 same result bit for bit, and under grad the same autograd nodes, one Python
 call fewer per layer. Only a ``t`` that nothing else reads is folded in.
+
+Note [Kept dimensions]: a bias gradient is ``view(sum(g, [0], True), [n])``:
+the sum keeps the reduced dimension and a view drops it. ``sum(g, [0])``
+runs the same reduction into the same contiguous values without it, so
+:func:`keepdim_views` gives such a view its one call, where the view is the
+sum's only reader and its shape is the sum's without the reduced dimensions.
 """
 
 from __future__ import annotations
@@ -109,3 +115,51 @@ def _linear_pattern(node: torch.fx.Node) -> bool:
         and len(transposed.users) == 1
         and isinstance(args[-2], torch.fx.Node)
     )
+
+
+_SUM = torch.ops.aten.sum.dim_IntList
+_VIEW = torch.ops.aten.view.default
+
+
+def keepdim_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` in which each ``view(sum(x, dims, True), shape)``
+    that drops exactly the kept dimensions is ``sum(x, dims)``; ``gm`` itself
+    when there is none (Note [Kept dimensions])."""
+    found = [n.name for n in gm.graph.nodes if _keepdim_pattern(n)]
+    if not found:
+        return gm
+    graph = copy.deepcopy(gm.graph)
+    by_name = {n.name: n for n in graph.nodes}
+    for name in found:
+        view = by_name[name]
+        total = view.args[0]
+        assert isinstance(total, torch.fx.Node)
+        with graph.inserting_before(view):
+            dropped = graph.call_function(_SUM, (total.args[0], total.args[1], False), dict(total.kwargs))
+        dropped.meta = dict(view.meta)
+        view.replace_all_uses_with(dropped)
+        graph.erase_node(view)
+        graph.erase_node(total)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _keepdim_pattern(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or node.target is not _VIEW or node.kwargs or len(node.args) != 2:
+        return False
+    total = node.args[0]
+    if not isinstance(total, torch.fx.Node) or total.op != "call_function" or total.target is not _SUM:
+        return False
+    if len(total.users) != 1 or len(total.args) != 3 or total.args[2] is not True or set(total.kwargs) - {"dtype"}:
+        return False
+    source, dims = total.args[0], total.args[1]
+    val = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor) or not isinstance(dims, (list, tuple)) or not dims:
+        return False
+    if not all(type(d) is int for d in dims) or not all(type(s) is int for s in val.shape):
+        return False
+    reduced = {d % val.dim() for d in dims}
+    if len(reduced) != len(dims):
+        return False
+    kept = [s for i, s in enumerate(val.shape) if i not in reduced]
+    shape = node.args[1]
+    return isinstance(shape, (list, tuple)) and list(shape) == kept
