@@ -21,8 +21,10 @@ Programs: a 3-tensor pointwise function, an MLP training step, a 12-block
 residual MLP (LayerNorm, Linear, GELU) under ``no_grad`` and as a training step.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/overhead.py`` (a few
-minutes on 2 cores). ``--quick`` runs fewer rounds. Timings on a shared machine
-swing; the minimum over interleaved rounds of CPU time is the stable figure.
+minutes on 2 cores). ``--quick`` runs fewer rounds; ``--only 12-block`` runs
+only the programs so named; ``--no-hf`` skips the Hugging Face ratios. Timings
+on a shared machine swing; the minimum over interleaved rounds of CPU time is
+the stable figure.
 """
 
 from __future__ import annotations
@@ -231,6 +233,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face backend compile ratios")
     parser.add_argument("--wall", action="store_true", help="time wall clock, not the thread's CPU time")
+    parser.add_argument("--only", action="append", metavar="TEXT", help="only the programs whose name contains TEXT")
     opts = parser.parse_args()
     rounds, calls = (2, 10) if opts.quick else (15, 100)
     timer = time.perf_counter if opts.wall else time.thread_time
@@ -242,6 +245,8 @@ def main() -> None:
         f" {'dynamo floor':>13}   first ms: aot / cv.compile / tc(cv)"
     )
     for name, build, args in programs():
+        if opts.only and not any(text in name for text in opts.only):
+            continue
         r = row(name, build, args, rounds, calls, timer)
         o, f = r["over"], r["first"]
         aot = o["aot_eager"]

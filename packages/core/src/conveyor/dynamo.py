@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx
@@ -174,27 +174,59 @@ class DynamoCompiled:
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         signature = CallSignature.of(args)  # Note [The call signature]: one storage scan per call
-        if self._lowered_key is not None and self._key(signature, shapes=False) == self._lowered_key:
-            entry = self._lowered
-        else:
-            key = self._key(signature, shapes=True)
-            found = self.entries.get(key, "static entry")
-            if found is None:
-                if recompiles.enabled():
-                    self._log_miss(signature, key)
-                fake_mode = FakeTensorMode()
-                fakes = [_fakeify(x, fake_mode, static=True) for x in args]
-                with structured_trace.compile_id(self.compile_id):  # Note [Structured trace]: beside dynamo's
-                    found = self._compile(fakes, fake_mode, self._item_values(args))
-                self.entries.put(key, found)
-            entry = found
+        entry = self._lowered if self._holds_lowered(signature) else self._static_entry(signature, args)
         self.piece.last = (dynamo_graphs.ticks(), entry.graphs)
-        if entry.compiled is None:
+        run = entry.compiled
+        if run is None:
             return self.gm(*args)  # type: ignore[no-any-return]
-        return entry.compiled(list(args))
+        return run(list(args))
+
+    def _holds_lowered(self, signature: CallSignature) -> bool:
+        """Whether the call's unguarded key equals the lowering's (Note [What
+        dynamo's guards decide]): the same comparison as building
+        ``self._key(signature, shapes=False)``, part by part, cheapest first,
+        without building it."""
+        key = self._lowered_key
+        if key is None:
+            return False
+        lowered: UnguardedKey = key.core  # type: ignore[assignment]
+        return (
+            signature.groups == lowered.groups
+            and torch.is_grad_enabled() == lowered.grad_enabled
+            and cache._autocast_key() == lowered.autocast
+            and (not lowered.leaves or signature.leaves(self._grad_positions) == lowered.leaves)
+            and (not key.stages or tuple([s(signature) for s in self._keyed]) == key.stages)
+            and (not key.items or tuple(self._item_values(signature.inputs).items()) == key.items)
+        )
+
+    def _static_entry(self, signature: CallSignature, args: Sequence[Any]) -> DynamoEntry:
+        """The entry of a call the lowered graph does not serve: by its full
+        key, cached or compiled now with static sizes."""
+        key = self._key(signature, shapes=True)
+        found = self.entries.get(key, "static entry")
+        if found is None:
+            if recompiles.enabled():
+                self._log_miss(signature, key)
+            fake_mode = FakeTensorMode()
+            fakes = [_fakeify(x, fake_mode, static=True) for x in args]
+            with structured_trace.compile_id(self.compile_id):  # Note [Structured trace]: beside dynamo's
+                found = self._compile(fakes, fake_mode, self._item_values(args))
+            self.entries.put(key, found)
+        return found
 
 
-def _unguarded_key(signature: CallSignature, grad_positions: tuple[int, ...]) -> Hashable:
+class UnguardedKey(NamedTuple):
+    """The core of a dynamo graph's call key without shapes
+    (:func:`_unguarded_key`; ``recompiles.core_changes`` reads its four
+    parts in this order)."""
+
+    grad_enabled: bool
+    autocast: Hashable
+    leaves: tuple[bool, ...]  #: of the inputs that require grad
+    groups: tuple[int, ...]  #: ``CallSignature.groups``
+
+
+def _unguarded_key(signature: CallSignature, grad_positions: tuple[int, ...]) -> UnguardedKey:
     """Note [What dynamo's guards decide]: the part of a call that dynamo's
     guards do not check but a compiled graph depends on: which inputs share
     storage and the leafness of the inputs that require grad (the others are
@@ -208,7 +240,9 @@ def _unguarded_key(signature: CallSignature, grad_positions: tuple[int, ...]) ->
     what the lowered graph already serves). No Python loop over the inputs:
     ``map`` over the positions that require grad, and the call's one
     storage scan (Note [The call signature])."""
-    return (torch.is_grad_enabled(), cache._autocast_key(), signature.leaves(grad_positions), signature.groups)
+    return UnguardedKey(
+        torch.is_grad_enabled(), cache._autocast_key(), signature.leaves(grad_positions), signature.groups
+    )
 
 
 def _input_names(gm: torch.fx.GraphModule, n: int) -> list[str]:
