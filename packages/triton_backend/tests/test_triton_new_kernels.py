@@ -1,5 +1,5 @@
 """Ops that ran as aten calls before, now generated kernels: ``argmax`` /
-``argmin`` (Note [Arg reductions] in ``conveyor_triton.codegen``) and ``cat``
+``argmin`` (Note [Arg reductions] in ``conveyor_triton.codegen_reduce``) and ``cat``
 (Note [Cat in a group]) and ``cumsum`` over the last dimension (Note [Scans]),
 against eager with the interpreter's launches and with
 a GPU's (``launch_for="cuda"``), static and generic kernels."""

@@ -3,15 +3,15 @@
 * ``pointwise``: one output element from the same element of each operand
   (after broadcasting); written as a Triton expression (``conveyor_triton.ops``),
   and ``cat``, which reads its element from one of its inputs (Note [Cat in a
-  group] in ``conveyor_triton.codegen``), reads at computed indexes
+  group] in ``conveyor_triton.codegen_cat``), reads at computed indexes
   (``index_select``, ``embedding``, ``gather``, ``x[i]``: Note [Index reads] in
   ``conveyor_triton.index_reads``) and pooling windows (``avg_pool2d``: Note
   [Pooling windows] in ``conveyor_triton.pooling``).
 * ``reduction``: ``sum`` / ``amax`` / ``amin`` over some dimensions, and
   ``argmax`` / ``argmin`` over one dimension or the flattened tensor (Note
-  [Arg reductions] in ``conveyor_triton.codegen``).
+  [Arg reductions] in ``conveyor_triton.codegen_reduce``).
 * ``scan``: ``cumsum`` along one dimension, a full value of a row group over
-  that dimension (Note [Scans] in ``conveyor_triton.codegen``).
+  that dimension (Note [Scans] in ``conveyor_triton.codegen_scan``).
 * ``view``: a view op. Inside a fusion group an order-keeping view
   (``view``, ``unsqueeze``, ``squeeze``, ...) is free; otherwise it runs as the
   aten view on the real tensor, which copies nothing, and kernels read the
@@ -46,7 +46,7 @@ aten = torch.ops.aten
 Category = Literal["pointwise", "reduction", "scan", "view", "fallback"]
 
 #: scans along one dimension: a full value of a row group over that dimension
-#: (Note [Scans] in ``conveyor_triton.codegen``)
+#: (Note [Scans] in ``conveyor_triton.codegen_scan``)
 SCANS: dict[Any, str] = {aten.cumsum.default: "cumsum"}
 
 REDUCTIONS: dict[Any, str] = {

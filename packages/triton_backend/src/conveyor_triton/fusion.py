@@ -408,7 +408,7 @@ class Fuser:
     def _scan(self, node: torch.fx.Node, position: int) -> None:
         """A scan along a dimension starts a row group over that dimension (a
         permuted one for another dimension than the last: Note [Permuted
-        groups]), as a full value (Note [Scans] in ``conveyor_triton.codegen``);
+        groups]), as a full value (Note [Scans] in ``conveyor_triton.codegen_scan``);
         its users join it as they join any group."""
         shape = _shape(node)
         d = cast(int, node.args[1] if len(node.args) > 1 else node.kwargs["dim"]) % len(shape)

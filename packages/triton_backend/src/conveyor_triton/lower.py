@@ -114,7 +114,7 @@ def _splittable(group: Group, stored: list[torch.fx.Node]) -> bool:
     reduction of the group (Note [Split reductions]: a chunk's partial result
     must not feed anything but the second kernel); never a group with an
     ``argmax`` / ``argmin``, whose partial results would be (value, index)
-    pairs (Note [Arg reductions] in ``conveyor_triton.codegen``)."""
+    pairs (Note [Arg reductions] in ``conveyor_triton.codegen_reduce``)."""
     if group.reduce is None or not all(n.target in REDUCTIONS for n in stored):
         return False
     if any(REDUCTIONS.get(n.target) in ARG_REDUCTIONS or n.target in SCANS for n in group.members):

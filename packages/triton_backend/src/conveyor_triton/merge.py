@@ -68,7 +68,7 @@ def _reads_ok(fuser: Fusing, merged: Group, members: dict[torch.fx.Node, Kind], 
         if m.target not in RULES:
             continue  # an order-keeping view: its source is in its own old group
         if m.target in SHIFTED and any(a in members for a in m.all_input_nodes):
-            return False  # Note [Cat in a group] in conveyor_triton.codegen
+            return False  # Note [Cat in a group] in conveyor_triton.codegen_cat
         for i in RULES[m.target].reads:
             a = m.args[i] if i < len(m.args) else None
             if isinstance(a, torch.fx.Node) and a in members and (a in other) != (m in other):

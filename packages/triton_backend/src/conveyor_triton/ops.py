@@ -305,7 +305,7 @@ def _constant(position: int) -> Emit:
 
 def _written_by_codegen(v: Sequence[Value], node: torch.fx.Node, out: torch.dtype) -> str | None:
     """``cat`` reads each input at its own index, not at the output's: the code
-    generator writes it (Note [Cat in a group] in ``conveyor_triton.codegen``)."""
+    generator writes it (Note [Cat in a group] in ``conveyor_triton.codegen_cat``)."""
     return None
 
 
