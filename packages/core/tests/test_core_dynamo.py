@@ -108,3 +108,33 @@ def test_run_time_calls_are_not_rekeyed_on_what_dynamo_guards():
     out.sum().backward()
     torch.testing.assert_close(w.grad, x.t() @ ((x @ w) > 0).float())
     assert len(compiled.entries) == 0  # served by the graph compiled at lowering
+
+
+def test_a_non_leaf_input_is_not_served_by_the_lowered_graph():
+    """Note [What dynamo's guards decide]: leafness is conveyor's to check
+    (the lowered graph was compiled for leaves)."""
+    from conveyor.dynamo import backend
+    from conveyor.protocol.config import resolve
+    from conveyor.protocol.pipeline import Pipeline
+
+    made = []
+    inner = backend(Pipeline(resolve({})))
+
+    def keep(gm, example_inputs):
+        made.append(inner(gm, example_inputs))
+        return made[-1]
+
+    f = torch.compile(lambda x, w: (x * w).sum(), backend=keep, dynamic=False)
+    x = torch.randn(3)
+    leaf = torch.randn(3, requires_grad=True)
+    f(x, leaf).backward()
+    (compiled,) = made
+    assert len(compiled.entries) == 0  # served by the lowered graph
+    base = torch.randn(3, requires_grad=True)
+    non_leaf = base * 2
+    f(x, non_leaf).backward()
+    assert len(compiled.entries) == 1  # compiled again for a non-leaf
+    torch.testing.assert_close(base.grad, 2 * x)
+    f(x, leaf).backward()
+    assert len(compiled.entries) == 1
+    torch.testing.assert_close(leaf.grad, 2 * x)

@@ -18,6 +18,7 @@ run-time key, so another value compiles again.
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -96,6 +97,7 @@ class DynamoCompiled:
         )
         self._stage_names = stages
         self._lowered_key: recompiles.DynamoKey | None = None
+        self._all_leaves = False  # every input that required grad at lowering was a leaf
         self._lowered = DynamoEntry(None)
         if any(isinstance(example_inputs[i], FakeTensor) for i in self._items):
             return  # no values to specialize on yet: the first call compiles
@@ -104,7 +106,9 @@ class DynamoCompiled:
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
         fakes = [_fakeify(x, fake_mode) for x in example_inputs]
         # the specialization dynamo compiled for: any sizes dynamo's guards allow
-        self._lowered_key = self._key(CallSignature.of(example_inputs), shapes=False)
+        lowered = CallSignature.of(example_inputs)
+        self._lowered_key = self._key(lowered, shapes=False)
+        self._all_leaves = all(lowered.leaves(self._grad_positions))
         if recompiles.enabled():
             self.entries.miss(self._lowered_key, "at dynamo's lowering, for any sizes its guards allow", against=[])
         self._lowered = self._compile(fakes, fake_mode, self._item_values(example_inputs))
@@ -194,10 +198,19 @@ class DynamoCompiled:
             signature.groups == lowered.groups
             and torch.is_grad_enabled() == lowered.grad_enabled
             and cache._autocast_key() == lowered.autocast
-            and (not lowered.leaves or signature.leaves(self._grad_positions) == lowered.leaves)
+            and (not lowered.leaves or self._leaves_hold(signature, lowered.leaves))
             and (not key.stages or tuple([s(signature) for s in self._keyed]) == key.stages)
             and (not key.items or tuple(self._item_values(signature.inputs).items()) == key.items)
         )
+
+    def _leaves_hold(self, signature: CallSignature, leaves: tuple[bool, ...]) -> bool:
+        """The inputs that require grad have the leafness ``leaves``. When
+        all were leaves at lowering, one ``map`` over every input (plain
+        tensors): dynamo's guards hold ``requires_grad``, and a tensor that
+        does not require grad is a leaf."""
+        if signature.plain and self._all_leaves:
+            return all(map(_is_leaf, signature.inputs))
+        return signature.leaves(self._grad_positions) == leaves
 
     def _static_entry(self, signature: CallSignature, args: Sequence[Any]) -> DynamoEntry:
         """The entry of a call the lowered graph does not serve: by its full
@@ -243,6 +256,9 @@ def _unguarded_key(signature: CallSignature, grad_positions: tuple[int, ...]) ->
     return UnguardedKey(
         torch.is_grad_enabled(), cache._autocast_key(), signature.leaves(grad_positions), signature.groups
     )
+
+
+_is_leaf = operator.attrgetter("is_leaf")
 
 
 def _input_names(gm: torch.fx.GraphModule, n: int) -> list[str]:
