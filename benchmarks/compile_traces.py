@@ -9,9 +9,10 @@ Counting wraps torch's ``_MakefxTracer.trace`` (every ``make_fx`` run),
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/compile_traces.py``;
 ``--profile NAME`` prints a cProfile (cumulative) of that program's compile;
 ``--ratios`` prints the backend compile time behind dynamo (dynamo's own
-tracing excluded), conveyor / aot_eager, each the minimum over interleaved
-rounds (the stable figure on a shared machine), for the 12-block model and
-the Hugging Face models.
+tracing excluded; the thread's CPU time), conveyor / aot_eager, each the minimum over interleaved
+rounds (the stable figure on a shared machine), for the programs of
+``zoo()`` (fn3, the 12-block model, MobileNetV2, RegNet, ConvNeXt, Phi3 and
+the other Hugging Face models; ``--models``/``--modes`` pick some).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from torch._subclasses.functional_tensor import FunctionalTensorMode  # noqa: E4
 from torch.fx.experimental import proxy_tensor  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from overhead import _backend_seconds, _timed, hf_models, residual_mlp  # noqa: E402
-from torch._dynamo.backends.registry import register_backend  # noqa: E402
+from overhead import hf_models, pointwise, residual_mlp  # noqa: E402
+from torch._dynamo.backends.registry import lookup_backend, register_backend  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -108,30 +109,91 @@ def cases() -> list[tuple[str, Callable[[], None]]]:
     return out
 
 
-def ratios(rounds: int) -> None:
+class _Logits:
+    def __init__(self, t: torch.Tensor) -> None:
+        self.logits = t
+
+
+class _WithLogits(torch.nn.Module):
+    """A module whose output has ``.logits``, as the Hugging Face models' do."""
+
+    def __init__(self, inner: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, **kwargs: torch.Tensor) -> Any:
+        return _Logits(self.inner(*kwargs.values()))
+
+
+def zoo() -> list[tuple[str, Callable[[], torch.nn.Module], Callable[[], dict[str, torch.Tensor]]]]:
+    """The issue's zoo for compile time behind dynamo: the 3-tensor function
+    (fn3), the 12-block residual MLP, then small Hugging Face configs
+    (MobileNetV2, RegNet, ConvNeXt, Phi3) and ``overhead.hf_models()``."""
+    out: list[tuple[str, Callable[[], torch.nn.Module], Callable[[], dict[str, torch.Tensor]]]] = [
+        ("fn3", lambda: _WithLogits(pointwise), lambda: {k: torch.randn(64, 64, requires_grad=True) for k in "abc"}),
+        ("12-block", lambda: _WithLogits(residual_mlp()), lambda: {"x": torch.randn(16, 64)}),
+    ]
+    try:
+        import transformers
+    except ImportError:
+        return out
+    transformers.logging.set_verbosity_error()
+    small = {"hidden_sizes": [8, 16, 24, 32], "depths": [1, 1, 2, 1], "num_labels": 5}
+
+    def images() -> dict[str, torch.Tensor]:
+        return {"pixel_values": torch.randn(2, 3, 32, 32)}
+
+    def mobilenet_v2() -> torch.nn.Module:
+        cfg = transformers.MobileNetV2Config(num_channels=3, image_size=32, depth_multiplier=0.25, num_labels=5)
+        return transformers.MobileNetV2ForImageClassification(cfg)
+
+    def regnet() -> torch.nn.Module:
+        return transformers.RegNetForImageClassification(transformers.RegNetConfig(embedding_size=8, groups_width=8, **small))
+
+    def convnext() -> torch.nn.Module:
+        return transformers.ConvNextForImageClassification(transformers.ConvNextConfig(image_size=32, **small))
+
+    def phi3() -> torch.nn.Module:
+        cfg = transformers.Phi3Config(
+            vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, use_cache=False, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+        )
+        return transformers.Phi3ForCausalLM(cfg)
+
+    def ids() -> dict[str, torch.Tensor]:
+        return {"input_ids": torch.randint(0, 100, (2, 16))}
+
+    out += [("mobilenet_v2", mobilenet_v2, images), ("regnet", regnet, images), ("convnext", convnext, images)]
+    return [*out, ("phi3", phi3, ids), *hf_models()]
+
+
+_backend_seconds: dict[str, float] = {}
+
+
+def _timed(name: str) -> Callable[..., Any]:
+    """Backend ``name``, its time spent (this thread's CPU time: the compile
+    runs in the calling thread, and on a shared machine wall time would count
+    the time other processes hold the core) added to ``_backend_seconds``."""
+    inner = lookup_backend(name)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        t0 = time.thread_time()
+        try:
+            return inner(gm, example_inputs)
+        finally:
+            _backend_seconds[name] = _backend_seconds.get(name, 0.0) + time.thread_time() - t0
+
+    return backend
+
+
+def ratios(rounds: int, only: list[str] | None, modes: list[str]) -> None:
     """Backend compile ms behind dynamo, aot_eager and conveyor, min over rounds."""
     for name in ("aot_eager", "conveyor"):
         register_backend(name=f"timed_{name}")(_timed(name))
-
-    def twelve_block() -> Any:
-        class Out:
-            def __init__(self, t: torch.Tensor) -> None:
-                self.logits = t
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.m = residual_mlp()
-
-            def forward(self, x: torch.Tensor) -> Any:
-                return Out(self.m(x))
-
-        return Wrapped()
-
-    models = [("12-block", twelve_block, lambda: {"x": torch.randn(16, 64)}), *hf_models()]
-    print(f"{'model':18} {'aot_eager ms':>12} {'conveyor ms':>12} {'ratio':>6}")
+    models = [m for m in zoo() if only is None or m[0] in only]
+    print(f"{'model':22} {'aot_eager ms':>12} {'conveyor ms':>12} {'ratio':>6}")
     for model_name, build, inputs in models:
-        for mode in ("forward", "train"):
+        for mode in modes:
             best = {"aot_eager": float("inf"), "conveyor": float("inf")}
             for _ in range(rounds):
                 for backend in best:
@@ -146,7 +208,7 @@ def ratios(rounds: int) -> None:
                         fn(**inputs()).logits.sum().backward()
                     best[backend] = min(best[backend], _backend_seconds.get(backend, 0.0) * 1e3)
             a, c = best["aot_eager"], best["conveyor"]
-            print(f"{model_name + ' ' + mode:18} {a:12.0f} {c:12.0f} {c / a:6.2f}", flush=True)
+            print(f"{model_name + ' ' + mode:22} {a:12.0f} {c:12.0f} {c / a:6.2f}", flush=True)
 
 
 def main() -> None:
@@ -155,9 +217,11 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=40)
     parser.add_argument("--ratios", action="store_true", help="backend compile time, conveyor / aot_eager")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--models", help="with --ratios: comma-separated names from zoo() (default: all)")
+    parser.add_argument("--modes", default="forward,train", help="with --ratios: forward, train or both")
     opts = parser.parse_args()
     if opts.ratios:
-        ratios(opts.rounds)
+        ratios(opts.rounds, opts.models.split(",") if opts.models else None, opts.modes.split(","))
         return
     table = cases()
     if opts.profile:
