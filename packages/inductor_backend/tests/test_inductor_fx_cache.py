@@ -80,6 +80,21 @@ def test_behind_dynamo_too() -> None:
     assert torch.equal(got, want)
 
 
+def test_the_same_key_whether_graph_modules_are_lazy_or_not() -> None:
+    # dynamo makes lazy graph modules: a program dynamo compiled first and that is loaded from
+    # conveyor's disk cache in the next process (no dynamo) was built again (Note [Inductor's FX graph cache])
+    lazy = pytest.importorskip("torch.fx._lazy_graph_module")._use_lazy_graph_module
+    model, x = mlp(), torch.randn(4, 16)
+    with torch.no_grad():
+        with lazy(True):
+            want = compile(model)(x)
+        assert lookups()["miss"] == 1
+        with lazy(False):
+            got = compile(model)(x)
+    assert lookups() == {"hit": 1, "miss": 0, "bypass": 0}
+    assert torch.equal(got, want)
+
+
 def scaled(x: torch.Tensor) -> torch.Tensor:
     return (x * 2).softmax(-1)
 

@@ -38,6 +38,16 @@ retraced and compiled with, and whether the cache may serve it:
   could skip an assumption Inductor made about a size (that ``s1 >= 2``, or
   that it is 6) and run its code where the assumption fails.
 
+The key hashes the pickled ``GraphModule``, whose ``__dict__`` is pickled in
+insertion order. Behind ``torch.compile``, dynamo makes every ``GraphModule``
+lazy (``_LazyGraphModule``: its code is written at its first use, so
+``_code`` comes last in its ``__dict__``), a plain one writes its code in
+its constructor: the same graph had two keys, one per entry point, and a
+program that dynamo compiled first, loaded from conveyor's disk cache in the
+next process (outside dynamo), missed Inductor's cache and was built again.
+:func:`plain_graph_modules` is where the backend retraces, so the graph
+Inductor hashes is a plain ``GraphModule`` whichever entry point made it.
+
 What is found in the installed torch (``TracingContext``, ``tracing``,
 ``ShapeEnv``, ``free_symbols``) is probed (:func:`api`); a torch without one
 of them compiles every graph with the cache off, as before. Whatever the
@@ -71,6 +81,7 @@ class FxCacheApi:
     fake_mode: Any  # torch._subclasses.fake_tensor.FakeTensorMode
     free_symbols: Any  # torch.fx.experimental.symbolic_shapes.free_symbols
     free_unbacked_symbols: Any
+    lazy_graph_modules: Any  # torch.fx._lazy_graph_module._use_lazy_graph_module, or None
 
 
 @functools.cache
@@ -87,7 +98,21 @@ def api() -> FxCacheApi | None:
     if not callable(getattr(TracingContext, "try_get", None)):
         log.debug("Inductor's FX graph cache is not used: TracingContext has no try_get")
         return None
-    return FxCacheApi(TracingContext, tracing, ShapeEnv, FakeTensorMode, free_symbols, free_unbacked_symbols)
+    lazy: Any = None  # a torch without lazy graph modules makes plain ones
+    try:
+        from torch.fx._lazy_graph_module import _use_lazy_graph_module as lazy
+    except ImportError:
+        pass
+    return FxCacheApi(TracingContext, tracing, ShapeEnv, FakeTensorMode, free_symbols, free_unbacked_symbols, lazy)
+
+
+def plain_graph_modules() -> contextlib.AbstractContextManager[Any]:
+    """Where graph modules are made plain, not lazy (Note [Inductor's FX graph
+    cache]: the key of a lazy one differs)."""
+    found = api()
+    if found is None or not callable(found.lazy_graph_modules):
+        return contextlib.nullcontext()
+    return found.lazy_graph_modules(False)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

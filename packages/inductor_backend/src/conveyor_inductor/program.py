@@ -95,7 +95,8 @@ def compile_graph(
     where = fx_cache.scope(inputs, fake_mode)
     if not where.cached:
         log.debug("%s: Inductor's FX graph cache not used: %s", label, where.why)
-    gm = conveyor.retrace(run, where.inputs, where.fake_mode, decomposition_table=table)
+    with fx_cache.plain_graph_modules():  # one cache key on both entry points (Note [Inductor's FX graph cache])
+        gm = conveyor.retrace(run, where.inputs, where.fake_mode, decomposition_table=table)
     layouts.keep_output_strides(gm)
     with where.entered(), inductor.config.patch({**config, **where.config}):
         compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
