@@ -123,3 +123,20 @@ def test_a_sum_that_keeps_a_dimension_a_view_drops_is_one_sum() -> None:
             assert torch.equal(got, expected) and got.stride() == expected.stride()
     views = [n for n in new.graph.nodes if n.target is aten.view.default]
     assert len(views) == 2  # the second view keeps a dimension; the third view's sum has another reader
+
+
+def test_a_collapsed_graph_is_stored_and_loaded() -> None:
+    """The disk cache stores the eager backend's run as its graph, which FX
+    rebuilds by tracing the graph's code: ``restride`` records itself."""
+    from conveyor.protocol.artifacts import dumps, loads
+    from conveyor.protocol.backends.eager import _running
+
+    def program(qkv: torch.Tensor) -> torch.Tensor:
+        return qkv.select(0, 1).view(4, 6, 2).transpose(0, 1).view(2, 3, 4, 2) * 3
+
+    x = torch.randn(3, 4, 12)
+    with torch.no_grad():
+        gm = collapse_movement(make_fx(program, tracing_mode="fake")(x))
+        assert restride in _targets(gm)
+        run = loads(dumps(_running(gm)))
+        assert torch.equal(run([x]), program(x))

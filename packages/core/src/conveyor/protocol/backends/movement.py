@@ -180,6 +180,9 @@ def restride(
     """A collapsed chain at run time (Note [Movement chains]): ``as_strided``
     of ``source`` (and a contiguous copy), or, when ``source`` is not laid
     out as recorded, the original ``chain`` of ``(op, args, kwargs)``."""
+    if isinstance(source, torch.fx.Proxy):  # FX re-tracing the graph's code (unpickling it): the call itself
+        args = (source, shape, strides, relative, source_strides, copies, chain)
+        return source.tracer.create_proxy("call_function", restride, args, {})  # type: ignore[return-value]
     if source.stride() == source_strides:
         value = torch.as_strided(source, shape, strides, source.storage_offset() + relative)
         return value.clone(memory_format=torch.contiguous_format) if copies else value
