@@ -15,6 +15,7 @@ from pathlib import Path
 import conveyor
 import pytest
 import torch
+from conveyor.analysis.overlap import Layout
 from conveyor.frontend.capture import trace_user
 from conveyor.protocol import artifacts
 from conveyor.protocol.config import resolve
@@ -150,6 +151,15 @@ def test_the_key_changes_with_each_part(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.undo()
     assert base not in variants.values(), [k for k, v in variants.items() if v == base]
     assert len(set(variants.values())) == len(variants)
+
+
+def test_a_dataclass_is_plain_data_by_its_fields() -> None:
+    # a stage key may be a frozen record (synthetic_base's SharedStorage holds Layouts)
+    keyed = disk_key._plain(Layout(4, (5,), (1,), 0), "a stage key")
+    assert keyed == disk_key._plain(Layout(4, (5,), (1,), 0), "a stage key")
+    assert keyed != disk_key._plain(Layout(4, (5,), (1,), 1), "a stage key")
+    with pytest.raises(disk_key.Unkeyable):
+        disk_key._plain(object(), "a stage key")
 
 
 def test_a_graph_constant_is_keyed_by_value() -> None:

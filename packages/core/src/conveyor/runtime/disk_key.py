@@ -34,6 +34,7 @@ Such requests compile as before and are not stored.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -124,6 +125,9 @@ def _plain(value: Any, what: str) -> Any:
         return ("map", tuple(sorted((str(k), _plain(v, what)) for k, v in value.items())))
     if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
         return (type(value).__name__, str(value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a stage key's record (SharedStorage)
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        return (kind, tuple((f.name, _plain(getattr(value, f.name), what)) for f in dataclasses.fields(value)))
     raise Unkeyable(f"{what}: a value of type {type(value).__name__} is not plain data")
 
 
