@@ -18,7 +18,7 @@ index from the end, as eager; the others take ``0 <= i < size``.
 Bounds: an index out of range loads nothing (the source load is masked: no
 memory outside the source is touched), and the kernel holds a
 ``tl.device_assert`` on the range; the kernel step raises eager's error
-before it launches (Note [Indexes out of range] in ``conveyor_triton.program``).
+before it launches (Note [Indexes out of range], below).
 A source dimension of size 0 read by a non-empty output (every index out of
 range) stays an aten call.
 """
@@ -130,3 +130,40 @@ def index_read(node: torch.fx.Node) -> IndexRead:
     if kind == "gather":  # out: index.shape
         return IndexRead(source, index, dim, tuple(range(rank)), dims)
     return IndexRead(source, index, dim, (dim,) if _meta(index).dim() == 1 else (), dims)  # index_select
+
+
+# Note [Indexes out of range]: eager raises for an index read out of range
+# (``IndexError`` from ``index_select``, ``embedding`` and ``x[i]``, a
+# ``RuntimeError`` from ``gather``; on CUDA a device-side assert). A kernel's
+# masked load would give 0 instead, so a kernel step holding index reads
+# (Note [Index reads] in ``conveyor_triton.index_reads``) keeps each index's
+# range, and before it launches:
+#
+# * on CPU (Triton's interpreter) it reads each index tensor's least and
+#   greatest values, and when one is out of range runs its nodes as aten
+#   calls instead, so the call raises eager's own error;
+# * on CUDA the kernel is compiled in Triton's debug mode (``debug=True``),
+#   where its ``tl.device_assert`` on the range traps as eager's device-side
+#   assert does, as Inductor compiles kernels with indirect indexing;
+#   reading the values on the host would wait for the GPU at every call.
+
+
+@dataclass(frozen=True)
+class IndexBound:
+    """The range an index read's index must keep (Note [Indexes out of range]).
+
+    :ivar index: the node of the index tensor.
+    :ivar size: the length of the source dimension it picks.
+    :ivar wraps: a negative index counts from the end (``x[i]``).
+    """
+
+    index: torch.fx.Node
+    size: int
+    wraps: bool
+
+    def holds(self, index: torch.Tensor) -> bool:
+        """Every value of ``index`` is in range."""
+        if index.numel() == 0:
+            return True
+        least, greatest = torch.aminmax(index)
+        return bool(least >= (-self.size if self.wraps else 0)) and bool(greatest < self.size)

@@ -12,15 +12,16 @@ import torch
 import torch.fx
 from conveyor.stage_api import timed_step
 
+from conveyor_triton.aten_step import AtenStep
 from conveyor_triton.classify import ARG_REDUCTIONS, REDUCTIONS, SCANS, NodeClass, classify
 from conveyor_triton.codegen import KernelSource, StoreStrides, generate, generate_combine
 from conveyor_triton.domain import contiguous_strides
 from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.fusion import Fuser, Group
-from conveyor_triton.index_reads import INDEX_READS, index_read
+from conveyor_triton.index_reads import INDEX_READS, IndexBound, index_read
 from conveyor_triton.launch import choose, launch_device, split_launches
 from conveyor_triton.ops import RULES
-from conveyor_triton.program import AtenStep, IndexBound, KernelStep, Program, Variant, needs_index64
+from conveyor_triton.program import KernelStep, Program, Variant, needs_index64
 from conveyor_triton.report import Fallback, KernelEntry, Report
 
 
@@ -104,7 +105,7 @@ def _static_kernels(
 
 def _bound(node: torch.fx.Node) -> IndexBound:
     """The range the index of index read ``node`` must keep (Note [Indexes
-    out of range] in ``conveyor_triton.program``)."""
+    out of range] in ``conveyor_triton.index_reads``)."""
     read = index_read(node)
     return IndexBound(read.index, int(read.source.meta["val"].shape[read.dim]), read.wraps)
 
@@ -167,9 +168,7 @@ def lower(
         False: generic kernels only (the per-size programs of a symbolic graph).
     """
     graph = gm.graph
-    classes: dict[torch.fx.Node, NodeClass] = {
-        n: classify(n) for n in graph.nodes if n.op == "call_function"
-    }
+    classes: dict[torch.fx.Node, NodeClass] = {n: classify(n) for n in graph.nodes if n.op == "call_function"}
     with timed_step("fuse"):  # Note [Compile timings] in conveyor.protocol.timings
         fuser = Fuser(graph, classes, input_aliasing)  # its AliasDb is updated in place at every merge
         order = fuser.order()
@@ -230,7 +229,11 @@ def lower(
             )
         )
         kind = "reduction" if group.reduce is not None else "pointwise"
-        kernels.append(KernelEntry(name, tuple(n.name for n in group.members), kind, sources.get("static", sources["generic"]).source))
+        kernels.append(
+            KernelEntry(
+                name, tuple(n.name for n in group.members), kind, sources.get("static", sources["generic"]).source
+            )
+        )
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     report = Report(label, tuple(kernels), tuple(fallbacks), views, tuple(notes))
     return Program(placeholders, steps, outputs, report)

@@ -12,9 +12,8 @@ each other exactly as in eager.
 from __future__ import annotations
 
 import functools
-import operator
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -24,9 +23,10 @@ import torch.fx
 from conveyor.stage_api import span
 
 from conveyor_triton import kernel_cache, metrics, tuning
-from conveyor_triton.classify import is_view
+from conveyor_triton.aten_step import AtenStep, node_call, run_node
 from conveyor_triton.codegen import KernelSource, TensorArg
 from conveyor_triton.dtypes import rounds_explicitly
+from conveyor_triton.index_reads import IndexBound
 from conveyor_triton.launch import Launch, block_sizes, launch_device
 from conveyor_triton.report import Report
 
@@ -40,43 +40,6 @@ def needs_index64(total: int, layouts: Sequence[tuple[Sequence[int], Sequence[in
     """Whether a launch over ``total`` elements touching tensors laid out as
     ``layouts`` (sizes, strides) needs 64-bit indexing."""
     return total > INT32_LIMIT or any(span(shape, stride) > INT32_LIMIT for shape, stride in layouts)
-
-
-# Note [Indexes out of range]: eager raises for an index read out of range
-# (``IndexError`` from ``index_select``, ``embedding`` and ``x[i]``, a
-# ``RuntimeError`` from ``gather``; on CUDA a device-side assert). A kernel's
-# masked load would give 0 instead, so a kernel step holding index reads
-# (Note [Index reads] in ``conveyor_triton.index_reads``) keeps each index's
-# range, and before it launches:
-#
-# * on CPU (Triton's interpreter) it reads each index tensor's least and
-#   greatest values, and when one is out of range runs its nodes as aten
-#   calls instead, so the call raises eager's own error;
-# * on CUDA the kernel is compiled in Triton's debug mode (``debug=True``),
-#   where its ``tl.device_assert`` on the range traps as eager's device-side
-#   assert does, as Inductor compiles kernels with indirect indexing;
-#   reading the values on the host would wait for the GPU at every call.
-
-
-@dataclass(frozen=True)
-class IndexBound:
-    """The range an index read's index must keep (Note [Indexes out of range]).
-
-    :ivar index: the node of the index tensor.
-    :ivar size: the length of the source dimension it picks.
-    :ivar wraps: a negative index counts from the end (``x[i]``).
-    """
-
-    index: torch.fx.Node
-    size: int
-    wraps: bool
-
-    def holds(self, index: torch.Tensor) -> bool:
-        """Every value of ``index`` is in range."""
-        if index.numel() == 0:
-            return True
-        least, greatest = torch.aminmax(index)
-        return bool(least >= (-self.size if self.wraps else 0)) and bool(greatest < self.size)
 
 
 @dataclass
@@ -109,7 +72,7 @@ class KernelStep:
     autotune: bool = True
     #: the launches kept by tuning, per variant
     _tuned: dict[Variant, Launch] = field(default_factory=dict)
-    #: the ranges of the indexes its index reads take (Note [Indexes out of range])
+    #: the ranges its index reads' indexes must keep (Note [Indexes out of range] in conveyor_triton.index_reads)
     bounds: tuple[IndexBound, ...] = ()
 
     def __post_init__(self) -> None:
@@ -275,7 +238,9 @@ class KernelStep:
                 metrics.launched(self.sources[variant], args, blocks)
         self.run_views(env)
 
-    def run_as_aten(self, env: dict[torch.fx.Node, Any], wrong: list[tuple[torch.fx.Node, torch.dtype, torch.dtype]]) -> None:
+    def run_as_aten(
+        self, env: dict[torch.fx.Node, Any], wrong: list[tuple[torch.fx.Node, torch.dtype, torch.dtype]]
+    ) -> None:
         """Note [Meta dtypes that differ from eager]: an aten fallback returned
         another dtype than its meta kernel said at compile time (torch 2.13's
         ``_native_batch_norm_legit_functional`` on bfloat16 CPU tensors gives
@@ -300,7 +265,8 @@ class KernelStep:
 
     def _meta(self, meta: dict[str, Any], tensor: torch.Tensor) -> dict[str, Any]:
         """A launch's keyword arguments, in Triton's debug mode on CUDA when
-        the kernel reads at computed indexes (Note [Indexes out of range])."""
+        the kernel reads at computed indexes (Note [Indexes out of range] in
+        ``conveyor_triton.index_reads``)."""
         return {**meta, "debug": True} if self.bounds and tensor.is_cuda else meta
 
 
@@ -354,83 +320,6 @@ def _poison(dtype: torch.dtype) -> Any:
     if dtype.is_floating_point:
         return torch.finfo(dtype).max
     return torch.iinfo(dtype).min
-
-
-def run_node(node: torch.fx.Node, env: dict[torch.fx.Node, Any], module: torch.fx.GraphModule | None) -> Any:
-    """Run one node as aten (a fallback, a view, or a ``get_attr``)."""
-    if node.op == "get_attr":
-        obj: Any = module
-        for part in str(node.target).split("."):
-            obj = getattr(obj, part)
-        return obj
-    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-    return node.target(*args, **kwargs)  # type: ignore[operator]
-
-
-# Note [Node calls]: a program runs each aten call and view on every call of
-# the compiled function; walking the node's arguments with ``map_arg`` each
-# time (twice: args and kwargs) cost about as much as the call itself on a
-# training step's hundred views and fallbacks. :func:`node_call` writes the
-# call once as a Python function of the environment, ``target(env[a], 2,
-# [env[b], env[c]])``, with constants bound by name, and the steps call that;
-# it is rebuilt after unpickling (Note [Picklable run-time callables]).
-
-
-def node_call(node: torch.fx.Node) -> Callable[[dict[torch.fx.Node, Any]], Any]:
-    """``node``'s call (a ``call_function`` node) as a function of the
-    environment (Note [Node calls])."""
-    # an OpOverload's __call__ only forwards to its C++ op: call that (one Python frame less per call)
-    bound: dict[str, Any] = {"target": getattr(node.target, "_op", node.target)}
-
-    def emit(a: Any) -> str:
-        if isinstance(a, torch.fx.Node):
-            name = f"n{len(bound)}"
-            bound[name] = a
-            return f"env[{name}]"
-        if isinstance(a, (list, tuple)):  # fx's immutable_list too; a torch.Size becomes a tuple
-            inner = ", ".join(emit(x) for x in a)
-            if isinstance(a, list):
-                return f"[{inner}]"
-            return f"({inner},)" if inner else "()"
-        name = f"c{len(bound)}"
-        bound[name] = a
-        return name
-
-    if any(isinstance(v, dict) for v in (*node.args, *node.kwargs.values())):  # not written out: walked per call
-        return lambda env: run_node(node, env, None)
-    parts = [emit(a) for a in node.args] + [f"{k}={emit(v)}" for k, v in node.kwargs.items()]
-    return eval(f"lambda env: target({', '.join(parts)})", bound)  # noqa: S307 - our own source
-
-
-@dataclass
-class AtenStep:
-    node: torch.fx.Node
-    module: torch.fx.GraphModule
-    _call: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_call": None}  # Note [Node calls]: rebuilt when first run
-
-    def reads(self) -> set[torch.fx.Node]:
-        """The values this step reads from the environment."""
-        return set(self.node.all_input_nodes)
-
-    def run(self, env: dict[torch.fx.Node, Any]) -> None:
-        call = self._call
-        if call is None:
-            node = self.node
-            call = self._call = node_call(node) if node.op == "call_function" else (lambda e: run_node(node, e, self.module))
-        env[self.node] = out = call(env)
-        if metrics.active() and self.launches:
-            reads = [env[n] for n in self.node.all_input_nodes]
-            metrics.record("aten", reads, [out])
-
-    @property
-    def launches(self) -> bool:
-        """Whether this call is a kernel of its own (not a view, not a getitem)."""
-        node = self.node
-        return node.op == "call_function" and node.target is not operator.getitem and not is_view(node)
 
 
 class Program:
