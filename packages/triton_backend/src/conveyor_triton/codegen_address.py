@@ -16,8 +16,16 @@ between dimensions (:func:`row_split`), from the full linear index
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch.fx
+
 from conveyor_triton.dtypes import cast, to_stored
 from conveyor_triton.kernel_source import TensorArg
+
+if TYPE_CHECKING:
+    from conveyor_triton.codegen import KernelWriter
 
 
 class AddressWriter:
@@ -156,3 +164,27 @@ def expanded(shape: tuple[int, ...], strides: tuple[int, ...], to: tuple[int, ..
     pad = len(to) - len(shape)
     padded = ((1,) * pad + shape, (0,) * pad + strides)
     return tuple(0 if s == 1 and t != 1 else st for s, st, t in zip(*padded, to))
+
+
+def scope_coordinates(
+    w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent: str
+) -> tuple[tuple[int, ...], str, str, str, Callable[[int], str]]:
+    """Where ``node`` is evaluated in ``scope``: the shape it is computed at
+    (its own, or its user's for an absorbed producer), the index and its
+    mask, the index variable coordinates come from, and a function writing the coordinate along one dimension of
+    that shape (computed when first asked, by :meth:`KernelWriter.coord`)."""
+    at = tuple(w.group.evaluate_at.get(node, tuple(node.meta["val"].shape)))
+    index, mask = w.scope_index(scope)
+    if w.group.members[node] == "row" and w.row_group:
+        index, mask = "xindex", "xmask"
+    var = w.xvar if index == "xindex" else index
+    permute = w.perm(scope)
+    order = list(permute) if permute is not None else list(range(len(at)))
+
+    def coordinate(j: int) -> str:
+        div = 1
+        for p in order[order.index(j) + 1 :]:
+            div *= at[p]
+        return w.coord(var, div, at[j], scope, out, indent)
+
+    return at, index, mask, var, coordinate

@@ -9,7 +9,7 @@ from typing import cast as typed
 import torch
 import torch.fx
 
-from conveyor_triton.codegen_address import expanded
+from conveyor_triton.codegen_address import expanded, scope_coordinates
 from conveyor_triton.dtypes import compute_dtype, from_stored, tl_type
 from conveyor_triton.kernel_source import TensorArg
 from conveyor_triton.ops import Value
@@ -35,21 +35,9 @@ def cat(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], indent
     out_shape, rank = tuple(val.shape), val.dim()
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     d = typed(int, dim) % rank
-    at = w.group.evaluate_at.get(node, out_shape)
+    at, index, mask, var, coordinate = scope_coordinates(w, node, scope, out, indent)
     d_at = d + len(at) - rank
-    index, mask = w.scope_index(scope)
-    if w.group.members[node] == "row" and w.row_group:
-        index, mask = "xindex", "xmask"
-    var = w.xvar if index == "xindex" else index
     permute = w.perm(scope)
-    order = list(permute) if permute is not None else list(range(len(at)))
-
-    def coordinate(j: int) -> str:
-        pos = order.index(j)
-        div = 1
-        for p in order[pos + 1 :]:
-            div *= at[p]
-        return w.coord(var, div, at[j], scope, out, indent)
 
     parts: list[tuple[int, torch.fx.Node]] = []
     start = 0

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.fx
 
+from conveyor_triton.codegen_address import scope_coordinates
 from conveyor_triton.dtypes import from_stored
 from conveyor_triton.index_reads import index_read
 from conveyor_triton.kernel_source import TensorArg
@@ -32,25 +33,9 @@ def output_coords(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[st
     size-1 dimension), its mask, and the index variable they come from (for
     a shaped zero: ``var * 0``)."""
     out_shape = tuple(node.meta["val"].shape)
-    at = w.group.evaluate_at.get(node, out_shape)  # an absorbed producer: at its user's shape
+    at, _, mask, var, coordinate = scope_coordinates(w, node, scope, out, indent)
     pad = len(at) - len(out_shape)
-    index, mask = w.scope_index(scope)
-    if w.group.members[node] == "row" and w.row_group:
-        index, mask = "xindex", "xmask"
-    var = w.xvar if index == "xindex" else index
-    permute = w.perm(scope)
-    order = list(permute) if permute is not None else list(range(len(at)))
-
-    def coordinate(j: int) -> str:
-        if out_shape[j] == 1:
-            return "0"
-        pos = order.index(j + pad)
-        div = 1
-        for p in order[pos + 1 :]:
-            div *= at[p]
-        return w.coord(var, div, at[j + pad], scope, out, indent)
-
-    return [coordinate(j) for j in range(len(out_shape))], mask, var
+    return [("0" if out_shape[j] == 1 else coordinate(j + pad)) for j in range(len(out_shape))], mask, var
 
 
 def own_address(w: KernelWriter, node: torch.fx.Node, coords: Sequence[str], var: str) -> tuple[str, str]:
