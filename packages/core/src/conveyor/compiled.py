@@ -1,127 +1,36 @@
 """``conveyor.compile``: the callable users get, and its compile cache.
 
 On each call: flatten the arguments, build the cache key, run the cached
-compiled callable or capture and compile a new one.
-
-Note [Programs only dynamo can split]: ``conveyor.compile`` captures a
-program as one graph. Two kinds of program cannot be one graph but are
-common, and dynamo splits them into graphs with Python between:
-
-* control flow that depends on values (``for e in mask.nonzero()``: Mixtral's
-  eager experts), which capture meets as a :class:`DataDependentError`;
-* a whole training step, ``loss.backward()`` then ``opt.step()``: the
-  optimizer's and the scheduler's state is written outside any argument
-  (Note [State a program reaches]; :class:`~conveyor.errors.DynamoSplits`).
-
-Such a specialization is compiled through ``torch.compile`` with this
-object's own pipeline (``conveyor.dynamo.backend``), with one warning that
-says so and why: what dynamo cannot put in a graph runs in Python, and
-conveyor compiles every graph it makes. Every other program a capture
-refuses runs eagerly, with a warning (``EagerFallback``).
+compiled callable, or ask :class:`~conveyor.runtime.specialize.Specializations`
+for a new one (a symbolic entry whose guards hold, or a capture and compile;
+Note [Programs only dynamo can split] there).
 """
 
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils.hooks import RemovableHandle
 
 from conveyor import dynamo
 from conveyor.analysis.signature import CallSignature
-from conveyor.errors import (
-    CaptureError,
-    DataDependentError,
-    DynamoSplits,
-    EagerFallback,
-    StageError,
-    refuses_symbols,
-)
-from conveyor.frontend.capture import CallLayout, ModuleState, capture, lifted_state
-from conveyor.frontend.fallback import watching_capture
+from conveyor.errors import CaptureError
+from conveyor.frontend.capture import ModuleState
 from conveyor.frontend.objects import ObjectArgs, walk_args
 from conveyor.frontend.subclasses import boundary_key
 from conveyor.frontend.wrappers import refuse_distributed_wrapper
-from conveyor.protocol import timings
 from conveyor.protocol.config import Config, resolve
-from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.plugins import Plugins
-from conveyor.protocol.stage import CompiledFn
-from conveyor.runtime import cache, dynamic_shapes, recompiles
+from conveyor.runtime import cache
 from conveyor.runtime.entries import EntryCache
 from conveyor.runtime.entry_guard import EntryGuard
 from conveyor.runtime.recompiles import CallKey
-from conveyor.runtime.subclass_joint import compile_program
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One compiled specialization."""
-
-    compiled: CompiledFn
-    layout: CallLayout
-    graphs: tuple[StageGraph, ...]
-    backend: str
-    #: tensors the program closes over, passed after the flat arguments
-    closure: tuple[torch.Tensor, ...] = ()
-    #: run ``run`` (the original program, or dynamo's compile of it) instead
-    eager: bool = False
-    #: the size relations a symbolic entry assumed (Note [Automatic dynamic shapes])
-    guards: dynamic_shapes.Guards | None = None
-    #: what runs in place of a compiled program, when ``eager`` (the original, if ``None``)
-    run: Callable[..., Any] | None = None
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call that missed every entry guard: what its lookup and, on a
-    miss, its compile need, described once and handed down.
-
-    :ivar signature: the call's signature (its flat inputs: lifted state,
-        then the call's tensors; Note [The call signature]).
-    :ivar structure: the argument structure part of the key (a count of
-        positional tensors, a pytree spec, with argument objects' structure).
-    :ivar values: the non-tensor arguments by leaf position, hashable.
-    :ivar in_spec: the pytree spec of ``(args, kwargs)``.
-    :ivar leaves: the call's pytree leaves.
-    :ivar constants: the non-tensor leaves, as passed.
-    :ivar objects: the tensors inside argument objects (Note [Python objects in and out]).
-    """
-
-    signature: CallSignature
-    structure: Hashable
-    values: tuple[tuple[int, Any], ...]
-    in_spec: pytree.TreeSpec
-    leaves: Sequence[Any]
-    constants: tuple[tuple[int, Any], ...]
-    objects: ObjectArgs | None
-
-    @property
-    def flat(self) -> Sequence[Any]:
-        return self.signature.inputs
-
-
-@dataclass
-class SizesSeen:
-    """Note [Automatic dynamic shapes]: what one key without sizes has seen.
-
-    :ivar first: the sizes of the first call compiled.
-    :ivar entries: the symbolic entries (and eager fallbacks) that serve any size.
-    :ivar dims: the ``(input, dim)`` pairs made symbolic so far.
-    :ivar static_only: a stage refused symbolic sizes: compile static from now on.
-    """
-
-    first: dynamic_shapes.Sizes | None = None
-    entries: list[Entry] = field(default_factory=list)
-    dims: frozenset[tuple[int, int]] = frozenset()
-    static_only: bool = False
+from conveyor.runtime.specialize import Call, Entry, Specializations, program_name
 
 
 class Compiled:
@@ -135,19 +44,21 @@ class Compiled:
         refuse_distributed_wrapper(fn)  # Note [Distributed wrappers]
         self._state = ModuleState(self.module) if self.module is not None else None
         self.last: Entry | None = None
-        #: captures so far (each a trace and a pipeline compile)
-        self.compiles = 0
-        self._stage_names = [s.name for s in self.pipeline.stages if s.cache_key is not None]
         self._keyed = tuple(s.cache_key for s in self.pipeline.stages if s.cache_key is not None)
         #: Note [One entry cache]: the entries by full key (symbolic ones: the latest sizes they served)
-        self.entries: EntryCache[CallKey, Entry] = EntryCache(self._name(), recent_limit=_SIZED)
-        # Note [Automatic dynamic shapes]: by the key without sizes
-        self._sizes: dict[CallKey, SizesSeen] = {}
+        self.entries: EntryCache[CallKey, Entry] = EntryCache(program_name(fn), recent_limit=_SIZED)
+        self._specializations = Specializations(
+            fn, config, self.pipeline, self.entries, functools.partial(_through_dynamo, fn, self.pipeline)
+        )
         # Note [A guard per entry]: by the call's structure, non-tensor values, grad mode and autocast
         self._guards: dict[Hashable, list[EntryGuard]] = {}
         self._epoch: tuple[int, int] = (-1, -1)  # the module state's version and the hook counter they hold for
-        self._split: Callable[..., Any] | None = None  # Note [Programs only dynamo can split]
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
+
+    @property
+    def compiles(self) -> int:
+        """Captures so far (each a trace and a pipeline compile)."""
+        return self._specializations.compiles
 
     def __getattr__(self, name: str) -> Any:
         # a compiled module still answers for its module: parameters(), train(), ...
@@ -217,7 +128,7 @@ class Compiled:
         """The entry of this call's full key: cached, or compiled now."""
         entry = self.entries.get(key)
         if entry is None:
-            entry = self._miss(key, call)
+            entry = self._specializations.miss(key, call)
             self.entries.put(key, entry, recent=entry.guards is not None)  # a symbolic entry: these sizes
         return entry
 
@@ -232,136 +143,6 @@ class Compiled:
         structure, hooks = state.structure, state.hooks
         return CallKey(spec_key, values, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
 
-    def _input_names(self, call: Call) -> tuple[list[str], list[str]]:
-        """Names of the flat inputs and of the call's leaves, for the log."""
-        args, kwargs = pytree.tree_unflatten(list(call.leaves), call.in_spec)
-        leaf_names = recompiles.leaf_names(self.module.forward if self.module is not None else self.fn, args, kwargs)
-        state_names = lifted_state(self.module)[0] if self.module is not None else []
-        tensor_leaves = [i for i, v in enumerate(call.leaves) if isinstance(v, torch.Tensor)]
-        return recompiles.flat_names(state_names, leaf_names, tensor_leaves, len(call.flat)), leaf_names
-
-    def _log_miss(self, key: CallKey, call: Call, how: str) -> None:
-        """Note [Recompile reasons]: a first compile, or what differs from
-        the closest key compiled before (its inputs named as this call's)."""
-        names, leaf_names = self._input_names(call)
-        stages = self._stage_names
-        self.entries.miss(key, how, lambda old, new: recompiles.call_changes(old, new, names, leaf_names, stages))
-
-    # -- a cache miss -------------------------------------------------------
-    def _miss(self, key: CallKey, call: Call) -> Entry:
-        """A symbolic entry whose guards hold, or a new compile: symbolic when
-        this call differs from an earlier one only in sizes (Note [Automatic
-        dynamic shapes])."""
-        dynamic = self.config.dynamic
-        logging = recompiles.enabled()
-        flat = call.flat
-        if dynamic is False:
-            if logging:
-                self._log_miss(key, call, "static sizes (dynamic=False)")
-            return self._compile(call)
-        sizes = self._sizes.setdefault(key._replace(core=dynamic_shapes.shapeless_key(call.signature)), SizesSeen())
-        for entry in sizes.entries:
-            if entry.guards is None or entry.guards.check([*flat, *entry.closure]):
-                if logging:
-                    self.entries.hit(key, "an entry with symbolic sizes whose size guards hold")
-                return entry
-        dims: frozenset[tuple[int, int]] = frozenset()
-        if not sizes.static_only and dynamic_shapes.can_be_symbolic(call.signature) is None:
-            if dynamic:
-                dims = dynamic_shapes.all_dims(flat)
-            elif sizes.first is not None:
-                dims = sizes.dims | dynamic_shapes.changed_dims(sizes.first, dynamic_shapes.sizes(flat))
-        if logging:
-            failed = [e.guards.source for e in sizes.entries if e.guards is not None]
-            names = self._input_names(call)[0]
-            how = f"symbolic sizes in {', '.join(f'{names[i]} dim {d}' for i, d in sorted(dims))}" if dims else "static sizes"
-            if failed:
-                how += f"; the size guards of {len(failed)} symbolic entr{'y' if len(failed) == 1 else 'ies'} fail: "
-                how += " | ".join(recompiles.clip(f, 160) for f in failed)
-            self._log_miss(key, call, how)
-        if not dims:
-            entry = self._compile(call)
-            if sizes.first is None:
-                sizes.first = dynamic_shapes.sizes(flat)
-            if entry.eager:  # the same for every size: capture once
-                sizes.entries.append(entry)
-            return entry
-        entry = self._compile(call, dims)
-        if entry.guards is not None or entry.eager:
-            sizes.dims = dims
-            sizes.entries.append(entry)
-        else:  # a stage refused symbolic sizes (warned): try no more for this key
-            sizes.static_only = True
-        return entry
-
-    def _compile(self, call: Call, dims: frozenset[tuple[int, int]] = frozenset()) -> Entry:
-        """Compile ``call``, with ``dims`` symbolic; static where a stage
-        declares it refuses symbolic sizes or the capture fails under them
-        (Note [Refusing symbolic sizes]): any other failure propagates."""
-        if dims:
-            try:
-                return self._compile_once(call, dims)
-            except (CaptureError, StageError) as exc:
-                if isinstance(exc, StageError) and not refuses_symbols(exc):
-                    raise  # a stage that failed for another reason: loud, never hidden behind a static compile
-                warnings.warn(
-                    f"conveyor: compiling {self._name()} with static sizes: with symbolic sizes it failed: "
-                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                    stacklevel=4,
-                )
-        return self._compile_once(call, dims=frozenset())
-
-    def _name(self) -> str:
-        return getattr(self.fn, "__qualname__", type(self.fn).__qualname__)
-
-    def _compile_once(self, call: Call, dims: frozenset[tuple[int, int]]) -> Entry:
-        self.compiles += 1
-        flat = call.flat
-        state_names = lifted_state(self.module)[0] if self.module is not None else []
-        pipeline = self._pipeline_for(flat)
-        layout = CallLayout(
-            in_spec=call.in_spec,
-            tensor_positions=tuple(i for i, v in enumerate(call.leaves) if isinstance(v, torch.Tensor)),
-            constants=call.constants,
-            n_lifted=len(state_names),
-        )
-        if dims:
-            fake_mode, fakes = dynamic_shapes.symbolic_fakes(flat, dims)
-        else:
-            fake_mode = FakeTensorMode()
-            fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
-        started = timings.stopwatch()  # Note [Compile timings]
-        try:
-            with watching_capture():
-                traced, closure, layout = capture(self.fn, self.module, state_names, layout, fakes, fake_mode, call.objects)
-        except (DynamoSplits, DataDependentError) as exc:  # Note [Programs only dynamo can split]
-            warnings.warn(
-                f"conveyor: compiling {self._name()} through dynamo, which splits it where one graph cannot hold "
-                f"it: {str(exc).splitlines()[0]}",
-                stacklevel=5,
-            )
-            return Entry(_no_compiled, layout, (), "dynamo (split)", eager=True, run=self._through_dynamo())
-        except EagerFallback as exc:
-            warn_eager(self._name(), str(exc))
-            return Entry(_no_compiled, layout, (), "eager (fallback)", eager=True)
-        captured = timings.Captured(started, timings.stopwatch() - started)
-        fakes += [fake_mode.from_tensor(t, static_shapes=True) for t in closure]
-        with timings.compiling(self._name(), pipeline.config, captured):
-            compiled, graphs = compile_program(pipeline, traced, fakes, fake_mode)  # Note [Tensor subclasses]
-        guards = dynamic_shapes.Guards.of(fake_mode, fakes) if dims else None
-        return Entry(compiled, layout, graphs, pipeline.backend.name, closure, guards=guards)
-
-    def _through_dynamo(self) -> Callable[..., Any]:
-        """The program compiled by dynamo with this pipeline, made once."""
-        if self._split is None:
-            self._split = torch.compile(self.fn, backend=dynamo.backend(self.pipeline))
-        return self._split
-
-    def _pipeline_for(self, flat: Sequence[Any]) -> Pipeline:
-        """The configured pipeline; with no backend configured, the backend
-        that declares itself the default for the inputs' devices, if any."""
-        return self.pipeline.for_devices(frozenset(t.device.type for t in flat if isinstance(t, torch.Tensor)))
-
 
 #: full keys remembered for symbolic entries (each a per-call size-guard check saved)
 _SIZED = 256
@@ -369,8 +150,9 @@ _SIZED = 256
 _GUARDS = 8
 
 
-def _no_compiled(args: list[Any]) -> Sequence[Any]:
-    raise AssertionError("an eager fallback entry has no compiled program")
+def _through_dynamo(fn: Callable[..., Any], pipeline: Pipeline) -> Callable[..., Any]:
+    """``fn`` compiled by dynamo with ``pipeline`` (Note [Programs only dynamo can split])."""
+    return torch.compile(fn, backend=dynamo.backend(pipeline))
 
 
 @functools.lru_cache(maxsize=64)

@@ -62,4 +62,4 @@ class DynamoSplits(EagerFallback):
     """Raised inside a standalone capture of a program that dynamo can split
     where one graph cannot hold it; ``conveyor.compile`` compiles it through
     dynamo instead (Note [Programs only dynamo can split] in
-    ``conveyor.compiled``). Elsewhere it is an eager fallback."""
+    ``conveyor.runtime.specialize``). Elsewhere it is an eager fallback."""

@@ -57,7 +57,7 @@ class EntryGuard:
         when no two inputs share a storage.
     :ivar stages: the stages' ``cache_key`` functions.
     :ivar stage_keys: their values for the call that made the guard.
-    :ivar entry: the compiled entry (``conveyor.compiled.Entry``).
+    :ivar entry: the compiled entry (``conveyor.runtime.specialize.Entry``).
     """
 
     tensors: Any
