@@ -77,6 +77,11 @@ def test_stamps_carry_their_stage_runs_seconds():
 
 
 def test_a_slow_compile_says_which_stage_it_starts(monkeypatch, capsys):
+    # a clock that moves only while the napping stage sleeps: the capture takes no time
+    # whatever the machine's load, so the compile becomes slow inside napping, not before it
+    clock = [0.0]
+    monkeypatch.setattr(timings, "stopwatch", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
     monkeypatch.setattr(timings, "PROGRESS_AFTER_S", 0.02)
     compile_once(0.05)
     err = capsys.readouterr().err
