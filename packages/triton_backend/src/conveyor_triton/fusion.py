@@ -23,13 +23,8 @@ it moves there, so a chain like ``g * w`` feeding one consumer is not a kernel
 of its own. If it is smaller than its user (broadcast) and reads nothing of
 the group, it is recomputed at each element of its user instead.
 
-Note [Permuted groups]: a reduction over leading dimensions (a bias or norm
-weight gradient sums over the batch) addresses its full values with the
-dimensions permuted (kept ones first, reduced ones last), so the reduced
-elements of one output again sit in one row. Every full value of such a group
-has the same logical shape (no views), loads and stores go through the
-permuted sizes and strides, and row values keep the natural order of the kept
-dimensions.
+Reductions and scans start or join row groups (``conveyor_triton.fusion_rows``,
+where Note [Permuted groups] lives).
 
 Note [Write order]: a graph that still contains mutation (functionalize
 disabled) runs each writing node as an aten call, and every pair of a writer
@@ -68,22 +63,16 @@ import torch
 import torch.fx
 
 from conveyor_triton.classify import ORDER_KEEPING_VIEWS, NodeClass
-from conveyor_triton.domain import Kind, access_ok, broadcasts, reduction_dims, row_broadcast_ok
+from conveyor_triton.domain import Kind, access_ok, broadcasts, row_broadcast_ok
 from conveyor_triton.domain import numel as _numel
 from conveyor_triton.domain import shape as _shape
+from conveyor_triton.fusion_rows import CANDIDATES, reduction, scan
 from conveyor_triton.merge import merge
 from conveyor_triton.ops import RULES, SHIFTED
 from conveyor_triton.record import Working
 from conveyor_triton.steps import Ancestors, Group, Step, StepGraph
 
 __all__ = ["CANDIDATES", "Fuser", "Group", "Step"]
-
-#: Groups a node considers for horizontal fusion (the most recent groups that
-#: read one of its inputs) and for a shared reduction domain (the most recent
-#: groups reducing the same rows): older ones mostly depend on the node's inputs
-#: already, and asking each costs the steps in between (inductor bounds its
-#: pairwise fusion attempts in the same way).
-CANDIDATES = 32
 
 
 class Fuser:
@@ -129,9 +118,9 @@ class Fuser:
             elif cast(NodeClass, cls).category == "pointwise":  # classes cover every call_function node
                 self._pointwise(node, position)
             elif cast(NodeClass, cls).category == "reduction":
-                self._reduction(node, position)
+                reduction(self, node, position)
             elif cast(NodeClass, cls).category == "scan":
-                self._scan(node, position)
+                scan(self, node, position)
             elif cast(NodeClass, cls).category == "view":
                 self._view(node, position)
             else:
@@ -174,17 +163,17 @@ class Fuser:
             self.working.place(node, index)
         return index
 
-    def _outside(self, node: torch.fx.Node, group: Group) -> set[int]:
+    def outside(self, node: torch.fx.Node, group: Group) -> set[int]:
         """The steps ``node`` depends on that are not ``group``."""
         outside = {self.step_of[a] for a in node.all_input_nodes if self.group_of.get(a) is not group}
         return outside | self._order(node)
 
-    def _join(self, node: torch.fx.Node, group: Group, kind: Kind, ancestors: Ancestors | None = None) -> bool:
+    def join(self, node: torch.fx.Node, group: Group, kind: Kind, ancestors: Ancestors | None = None) -> bool:
         """Add ``node`` to ``group`` unless that would make a cycle (``ancestors``:
-        those of ``_outside(node, group)``, when the caller has them)."""
+        those of ``outside(node, group)``, when the caller has them)."""
         if node.target in SHIFTED and set(node.all_input_nodes) & set(group.members):
             return False  # it reads its inputs at other indexes: from memory (Note [Cat in a group])
-        outside = self._outside(node, group)
+        outside = self.outside(node, group)
         if (ancestors or self.graph.ancestors(outside)).include(group.step):
             return False
         if not self.working.join(node, group.step):
@@ -196,7 +185,7 @@ class Fuser:
         self.group_of[node] = group
         return True
 
-    def _new_group(self, node: torch.fx.Node, kind: Kind, position: int, numel: int) -> Group:
+    def new_group(self, node: torch.fx.Node, kind: Kind, position: int, numel: int) -> Group:
         group = Group(step=len(self.graph), numel=numel)
         self._new_step("group", node, position, group)
         self.working.create_group(node, group.step)
@@ -215,6 +204,10 @@ class Fuser:
     def reducing(self, group: Group) -> None:
         """Record that ``group`` now has a reduction (its ``domain()`` is set once, for good)."""
         bisect.insort(self._reducing.setdefault(cast(tuple, group.domain()), []), group, key=lambda g: g.step)
+
+    def reducing_groups(self, domain: tuple[object, ...]) -> list[Group]:
+        """The groups reducing rows of ``domain`` (``Group.domain()``), by step."""
+        return self._reducing.get(domain, [])
 
     def fold(self, other: Group, group: Group) -> bool:
         """Merge ``other`` into ``group`` in the working copy if its ``AliasDb``
@@ -240,7 +233,7 @@ class Fuser:
                     taken += 1
         return sorted(found, key=lambda g: -g.step)[:CANDIDATES]
 
-    def _sharing(self, node: torch.fx.Node, shape: tuple[int, ...]) -> list[Group]:
+    def sharing(self, node: torch.fx.Node, shape: tuple[int, ...]) -> list[Group]:
         """Groups whose full values can have ``shape`` and that
         already read one of ``node``'s inputs (horizontal fusion: the read is
         shared), most recent first."""
@@ -271,7 +264,7 @@ class Fuser:
                 candidates.append(g)
         group = self._place(node, operands, candidates)
         if group is None:
-            group = self._new_group(node, "full", position, _numel(node))
+            group = self.new_group(node, "full", position, _numel(node))
         for other in candidates:
             merge(self, other, group)
         self._absorb(node, group, loose)
@@ -291,17 +284,17 @@ class Fuser:
                 continue
             if _numel(node) != (group.numel if kind == "full" else group.rows):
                 continue
-            if all(self.access(a, group, node, kind) for a in inside) and self._join(node, group, kind):
+            if all(self.access(a, group, node, kind) for a in inside) and self.join(node, group, kind):
                 return group
-        for group in self._sharing(node, _shape(node)):
+        for group in self.sharing(node, _shape(node)):
             inside = [a for a in operands if self.group_of.get(a) is group]
             if group not in candidates and all(self.access(a, group, node, "full") for a in inside):
-                if self._join(node, group, "full"):
+                if self.join(node, group, "full"):
                     return group
         beside = [g for g in self._reading(node) if g.rows == _numel(node) != g.numel]
         for group in beside:  # a per-row value next to a reduction reading the same input
             inside = [a for a in operands if self.group_of.get(a) is group]
-            if all(self.access(a, group, node, "row") for a in inside) and self._join(node, group, "row"):
+            if all(self.access(a, group, node, "row") for a in inside) and self.join(node, group, "row"):
                 return group
         return None
 
@@ -355,67 +348,6 @@ class Fuser:
             self.read(group, a.all_input_nodes)
             self.move(a, group)
 
-    def _reduction(self, node: torch.fx.Node, position: int) -> None:
-        source = node.args[0]
-        shape = _shape(source)  # type: ignore[arg-type]
-        dims = reduction_dims(node)
-        reduce = math.prod(shape[d] for d in dims)
-        trailing = dims == tuple(range(len(shape) - len(dims), len(shape)))
-        perm = None if trailing else tuple(d for d in range(len(shape)) if d not in dims) + dims
-        rows = _numel(node)
-        group = self.group_of.get(source)  # type: ignore[arg-type]
-        if group is not None and group.members[source] == "full" and self._fits(group, shape, perm, reduce, rows):  # type: ignore[index]
-            if self._join(node, group, "row"):
-                self._set_reduction(group, shape, perm, dims, reduce, rows)
-                return
-        # read from outside: any group already reducing rows of this domain
-        # takes it (one launch instead of two, reads shared or not)
-        key = (math.prod(shape), reduce, rows, perm, shape if perm is not None else None)
-        domain = self._reducing.get(key, [])[-CANDIDATES:][::-1]  # most recent first
-        ancestors = None  # of the same outside steps for every group but the source's: explored once
-        for shared in dict.fromkeys([*self._sharing(node, shape), *domain]):
-            if shared is not group:
-                ancestors = ancestors or self.graph.ancestors(self._outside(node, shared))
-                if self._fits(shared, shape, perm, reduce, rows) and self._join(node, shared, "row", ancestors):
-                    self._set_reduction(shared, shape, perm, dims, reduce, rows)
-                    return
-        group = self._new_group(node, "row", position, math.prod(shape))
-        self._set_reduction(group, shape, perm, dims, reduce, rows)
-
-    @staticmethod
-    def _fits(group: Group, shape: tuple[int, ...], perm: tuple[int, ...] | None, reduce: int, rows: int) -> bool:
-        """Whether a reduction of a ``shape`` value (addressed in ``perm``
-        order) over ``reduce`` elements per row can join ``group``."""
-        if group.numel != math.prod(shape):
-            return False
-        if group.reduce is not None:
-            return (group.reduce, group.rows, group.perm) == (reduce, rows, perm) and (perm is None or group.shape == shape)
-        if perm is None:
-            return True
-        # a pointwise group becomes permuted: every member must be a full value of this very shape
-        return all(_shape(n) == shape and n.target in RULES for n in group.members)
-
-    def _set_reduction(
-        self, group: Group, shape: tuple[int, ...], perm: tuple[int, ...] | None, dims: tuple[int, ...], reduce: int, rows: int
-    ) -> None:
-        first = group.reduce is None
-        group.reduce, group.rows = reduce, rows
-        if perm is not None:
-            group.perm, group.shape, group.reduced = perm, shape, tuple(perm[len(perm) - len(dims) :])
-        if first:
-            self.reducing(group)
-
-    def _scan(self, node: torch.fx.Node, position: int) -> None:
-        """A scan along a dimension starts a row group over that dimension (a
-        permuted one for another dimension than the last: Note [Permuted
-        groups]), as a full value (Note [Scans] in ``conveyor_triton.codegen_scan``);
-        its users join it as they join any group."""
-        shape = _shape(node)
-        d = cast(int, node.args[1] if len(node.args) > 1 else node.kwargs["dim"]) % len(shape)
-        perm = None if d == len(shape) - 1 else (*(k for k in range(len(shape)) if k != d), d)
-        group = self._new_group(node, "full", position, math.prod(shape))
-        self._set_reduction(group, shape, perm, (d,), shape[d], math.prod(shape) // shape[d])
-
     def _view(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]
         group = self.group_of.get(source) if isinstance(source, torch.fx.Node) else None
@@ -425,7 +357,7 @@ class Fuser:
             and node.target in ORDER_KEEPING_VIEWS
             and _numel(node) == _numel(source)  # type: ignore[arg-type]
             and node.meta["val"].dtype == source.meta["val"].dtype  # type: ignore[union-attr]
-            and self._join(node, group, group.members[source])  # type: ignore[index]
+            and self.join(node, group, group.members[source])  # type: ignore[index]
         ):
             return
         self._new_step("view", node, position)

@@ -26,7 +26,7 @@ class TensorArg:
         group member it stores.
     :ivar shape: the value's logical shape (a load expands the value to it).
     :ivar permute: the order the kernel addresses the dimensions in (Note
-        [Permuted groups] in ``conveyor_triton.fusion``), or None.
+        [Permuted groups] in ``conveyor_triton.fusion_rows``), or None.
     """
 
     node: torch.fx.Node

@@ -14,7 +14,7 @@ shapes:
   ``TILE`` elements; a longer row loops over ``LOOP_RBLOCK``-element chunks,
   one row per program;
 * a row group that reduces over leading dimensions (Note [Permuted groups]
-  in ``conveyor_triton.fusion``: a bias gradient sums a column of every
+  in ``conveyor_triton.fusion_rows``: a bias gradient sums a column of every
   row) is an *outer* reduction: its rows are the contiguous dimension, so a
   program takes 64 rows (coalesced loads along them), fewer (down to 8) where
   that would launch fewer than ``MIN_PROGRAMS`` programs, and the reduced
