@@ -86,7 +86,7 @@ def test_stages_json_lists_every_shipped_stage_in_order_and_the_tool(
     assert [s["position"] for s in stages] == [1, 2, 3, 4, 5] + [None] * (len(names) - 5)
     by_name = {s["name"]: s for s in stages}
     assert by_name["autograd"]["distribution"] == "conveyor-autograd" and by_name["autograd"]["after"] == ["functionalize"]
-    assert by_name["autograd"]["options"] == by_name["autograd"]["resolved"] == {"partitioner": "min_cut"}
+    assert by_name["autograd"]["options"] == by_name["autograd"]["resolved"] == {"partitioner": "auto"}
     assert by_name["eager"]["why"] == "default backend" and by_name["eager"]["distribution"] == "conveyor-core"
     assert by_name["triton"]["enabled"] is False and by_name["triton"]["default_for"] == ["cuda"]
     assert by_name["triton"]["resolved"] is None and by_name["triton"]["options"]["cache_dir"] is None
@@ -114,10 +114,10 @@ def test_stages_json_follows_the_config_sources(
     assert by_name["dedupe"]["enabled"] is False and by_name["dedupe"]["why"] == "disabled by config"
     assert by_name["triton"]["why"] == "backend chosen by config" and by_name["eager"]["why"] == "backend not chosen"
     assert by_name["autograd"]["resolved"] == {"partitioner": "save_eager"}
-    assert by_name["autograd"]["options"] == {"partitioner": "min_cut"}
+    assert by_name["autograd"]["options"] == {"partitioner": "auto"}
     assert report["tools"][0]["resolved"] == {"inline": False}
     assert main(["stages"]) == 0
-    assert "options partitioner='save_eager' (default 'min_cut')" in capsys.readouterr().out
+    assert "options partitioner='save_eager' (default 'auto')" in capsys.readouterr().out
     assert _stages_json(capsys, "--backend", "eager")["pipeline"][-1] == "eager"
 
 

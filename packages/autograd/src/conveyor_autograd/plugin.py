@@ -18,7 +18,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             kind="wrapper",
             impl=Autograd(),
             after=("functionalize",),
-            options={"partitioner": "min_cut"},
-            description="joint forward+backward, partitioned (min_cut | save_eager), run in an autograd.Function",
+            options={"partitioner": "auto"},  # min_cut where the backend fuses pointwise ops, else save_eager
+            description="joint forward+backward, partitioned (auto | min_cut | save_eager), run in an autograd.Function",
         )
     )

@@ -17,6 +17,31 @@ from conveyor_autograd.partition import Partitioner, Split, save_eager, split
 from conveyor_autograd.runtime import program_function, wrap
 
 PARTITIONERS: dict[str, Partitioner] = {"min_cut": min_cut, "save_eager": save_eager}
+AUTO = "auto"  # Note [The partitioner for the backend]
+
+
+def partitioner_for(request: Request, name: str) -> Partitioner:
+    """The partitioner option ``name`` names for ``request``: ``"auto"`` is
+    ``min_cut`` where the backend fuses pointwise ops, ``save_eager`` where
+    it does not (Note [The partitioner for the backend]).
+
+    Note [The partitioner for the backend]: min_cut saves fewer bytes by
+    recomputing pointwise ops (gelu, the residual adds) in the backward. A
+    backend that fuses them into the kernels around them (Inductor, Triton)
+    recomputes them nearly for free; one that calls each op on its own
+    (eager) pays a call per recomputed op on every step: 22 more aten calls,
+    45-77 µs, on the 12 blocks of ``benchmarks/overhead.py``'s training row.
+    So ``"auto"`` (the default) follows the backend's declaration
+    (``StageSpec.fuses_pointwise``, seen as ``request.backend_fuses_pointwise``),
+    as AOTAutograd uses its min-cut partitioner for Inductor and the default
+    (save what eager saves) partitioner for other backends. An explicit
+    ``"min_cut"`` or ``"save_eager"`` wins."""
+    if name == AUTO:
+        name = "min_cut" if request.backend_fuses_pointwise else "save_eager"
+    partitioner = PARTITIONERS.get(name)
+    if partitioner is None:
+        raise StageError(STAGE, f"unknown partitioner {name!r}; valid: {sorted([AUTO, *PARTITIONERS])}")
+    return partitioner
 
 
 def _needs_grad(request: Request) -> bool:
@@ -48,9 +73,7 @@ class Autograd:
     run, pickled), not once per graph the stage builds."""
 
     def lower(self, request: Request, options: Mapping[str, Any]) -> Lowering:
-        partitioner = PARTITIONERS.get(options["partitioner"])
-        if partitioner is None:
-            raise StageError(STAGE, f"unknown partitioner {options['partitioner']!r}; valid: {sorted(PARTITIONERS)}")
+        partitioner = partitioner_for(request, options["partitioner"])
         if not _needs_grad(request):
             return Lowering.passthrough(request)
         bad = writing_node(request.graph.graph)
@@ -95,6 +118,7 @@ def lower_split(request: Request, parts: Split) -> Lowering:
         fake_mode=request.fake_mode,
         grad_enabled=False,
         label="backward",
+        backend_fuses_pointwise=request.backend_fuses_pointwise,
     )
     function = program_function(parts.layout, parts.backward)  # Note [Inlined backward] in runtime.py
     return Lowering((fwd, bwd), lambda f, b: wrap(parts.layout, f, b, function))

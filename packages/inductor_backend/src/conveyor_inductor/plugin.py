@@ -22,5 +22,6 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             options=OPTIONS,
             probe=probe,  # Note [Probing Inductor]: checked when a pipeline chooses this backend
             description="Inductor's code generation: C++ kernels on CPU, Triton kernels on CUDA",
+            fuses_pointwise=True,  # the autograd stage's default partitioner recomputes pointwise ops for it
         )
     )

@@ -27,5 +27,6 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             # programs compiled with launches for another device type are not reused (from memory or disk)
             cache_key=lambda args: os.environ.get("CONVEYOR_TRITON_LAUNCH_FOR"),
             description="fused Triton kernels (interpreter on CPU), aten fallbacks listed in a report",
+            fuses_pointwise=True,  # the autograd stage's default partitioner recomputes pointwise ops for it
         )
     )

@@ -18,6 +18,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             kind="backend",
             impl=EagerBackend(),
             description="runs the final FX graph with aten (the reference backend)",
+            fuses_pointwise=False,  # one call per op: a recomputed op costs a call (Note [Facts of the backend])
         )
     )
 

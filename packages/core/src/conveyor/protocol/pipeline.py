@@ -97,7 +97,7 @@ class Pipeline:
     def _compile_all(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
         captured = StageGraph("capture", request.label, request.graph, seconds=timings.capture_seconds())
         graphs: list[StageGraph] = [captured]
-        requests: list[Request] = [request.with_whole_record()]
+        requests: list[Request] = [self._handed(request)]
         levels: list[list[Lowering]] = []  # per wrapper stage, a lowering per request it ran on
         compiled: list[CompiledFn] = []
         for stage in self.stages:
@@ -106,13 +106,22 @@ class Pipeline:
                 break
             lowerings = [self._lower(stage, r, graphs) for r in requests]
             levels.append(lowerings)
-            requests = [inner.with_whole_record() for lowering in lowerings for inner in lowering.requests]
+            requests = [self._handed(inner) for lowering in lowerings for inner in lowering.requests]
         for lowerings in reversed(levels):  # back up: each wrap takes its requests' compiled callables
             taken = iter(compiled)
             compiled = [lowering.wrap(*[next(taken) for _ in lowering.requests]) for lowering in lowerings]
         log_graphs(tuple(graphs))
         structured_trace.emit_graphs(graphs)  # Note [Structured trace]: tlparse
         return compiled[0], tuple(graphs)
+
+    def _handed(self, request: Request) -> Request:
+        """``request`` as the pipeline hands it to a stage: with its whole
+        program record, and the facts of this pipeline's backend (Note
+        [Facts of the backend] in ``conveyor.protocol.stage``), whoever made it."""
+        fuses = self.backend.fuses_pointwise
+        if request.backend_fuses_pointwise != fuses:
+            request = request.replace(backend_fuses_pointwise=fuses)
+        return request.with_whole_record()
 
     def _lower(self, stage: StageSpec, request: Request, graphs: list[StageGraph]) -> Lowering:
         """A wrapper stage on one request: its stamps, then each request it hands on."""

@@ -46,6 +46,9 @@ class Request:
     :ivar grad_enabled: the grad mode the compiled callable will run under.
     :ivar label: which program this is ("forward", "backward", ...), for
         introspection.
+    :ivar backend_fuses_pointwise: the pipeline's backend fuses pointwise ops
+        into its kernels (``StageSpec.fuses_pointwise``); the pipeline sets it
+        on every request a stage receives (Note [Facts of the backend]).
 
     What the program is (input aliasing, mutations, output aliasing) is
     :attr:`program`, the core's record of this request's graph
@@ -57,6 +60,7 @@ class Request:
     fake_mode: Any
     grad_enabled: bool = True
     label: str = "forward"
+    backend_fuses_pointwise: bool = False
 
     def __post_init__(self) -> None:
         n = sum(1 for node in self.graph.graph.nodes if node.op == "placeholder")
@@ -65,9 +69,9 @@ class Request:
 
     def replace(self, **changes: Any) -> Request:
         """A new request with ``changes``; it keeps this one's program record
-        when only its ``label`` changes."""
+        when only its ``label`` or its backend's facts change."""
         new = dataclasses.replace(self, **changes)
-        if set(changes) <= {"label"} and "program" in self.__dict__:
+        if set(changes) <= {"label", "backend_fuses_pointwise"} and "program" in self.__dict__:
             object.__setattr__(new, "program", self.__dict__["program"])
         return new
 
@@ -176,6 +180,21 @@ class StageSpec:
         the pipeline build fails with a :class:`~conveyor.errors.StageError`
         naming the stage. A stage installed but not in the pipeline is never
         probed, so one that cannot work here does not stop the others.
+    :ivar fuses_pointwise: a backend only: it fuses pointwise ops into the
+        kernels around them, so a pointwise op recomputed in a backward costs
+        next to nothing (Inductor, Triton); false where each op is a call of
+        its own (``eager``). Wrapper stages read it as
+        ``request.backend_fuses_pointwise`` (Note [Facts of the backend]).
+
+    Note [Facts of the backend]: a wrapper stage sometimes chooses by what
+    the backend will make of its graphs: the autograd stage's partitioner
+    recomputes cheap pointwise ops in the backward only where the backend
+    fuses them, as AOTAutograd uses its min-cut partitioner for Inductor and
+    saves what eager saves for other backends. The backend declares the fact
+    here; the pipeline sets it on every request it hands a stage, so the core
+    and the wrapper name no backend. A program is keyed on it through the
+    backend's name and version (the in-memory cache is per pipeline, the disk
+    key names each stage with its distribution's version).
     """
 
     name: str
@@ -191,6 +210,7 @@ class StageSpec:
     description: str = ""
     default_for: tuple[str, ...] = ()
     probe: Callable[[], None] | None = None
+    fuses_pointwise: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -203,6 +223,8 @@ class StageSpec:
             raise ValueError(f"stage {self.name!r}: kind must be 'wrapper' or 'backend', not {self.kind!r}")
         if self.default_for and self.kind != "backend":
             raise ValueError(f"stage {self.name!r}: only a backend can be the default for a device type")
+        if self.fuses_pointwise and self.kind != "backend":
+            raise ValueError(f"stage {self.name!r}: only a backend can declare fuses_pointwise (it is a fact of the kernels it makes)")
         unknown = sorted(set(self.reads) - set(PARTS))
         if unknown:
             raise ValueError(f"stage {self.name!r}: reads unknown program record part(s) {unknown}; parts are {list(PARTS)}")
