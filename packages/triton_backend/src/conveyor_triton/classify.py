@@ -12,6 +12,9 @@
   [Arg reductions] in ``conveyor_triton.codegen_reduce``).
 * ``scan``: ``cumsum`` along one dimension, a full value of a row group over
   that dimension (Note [Scans] in ``conveyor_triton.codegen_scan``).
+* ``scatter``: ``scatter_add``, ``scatter``, ``index_put(accumulate=True)``, ...:
+  a kernel of its own over the source's elements (Note [Scatters] in
+  ``conveyor_triton.scatters``).
 * ``view``: a view op. Inside a fusion group an order-keeping view
   (``view``, ``unsqueeze``, ``squeeze``, ...) is free; otherwise it runs as the
   aten view on the real tensor, which copies nothing, and kernels read the
@@ -38,12 +41,14 @@ from conveyor_triton.ops import RULES, SHIFTED, Value
 from conveyor_triton.pooling import POOLS
 from conveyor_triton.pooling import fallback_reason as pool_fallback
 from conveyor_triton.report import no_lowering
+from conveyor_triton.scatters import SCATTERS
+from conveyor_triton.scatters import fallback_reason as scatter_fallback
 
 __all__ = ["ARG_REDUCTIONS", "ORDER_KEEPING_VIEWS", "REDUCTIONS", "SCANS", "NodeClass", "classify", "is_view", "static_tensor", "writes"]
 
 aten = torch.ops.aten
 
-Category = Literal["pointwise", "reduction", "scan", "view", "fallback"]
+Category = Literal["pointwise", "reduction", "scan", "scatter", "view", "fallback"]
 
 #: scans along one dimension: a full value of a row group over that dimension
 #: (Note [Scans] in ``conveyor_triton.codegen_scan``)
@@ -109,7 +114,7 @@ def classify(node: torch.fx.Node) -> NodeClass:
     out = node.meta.get("val")
     if node.target in ORDER_KEEPING_VIEWS or is_view(node) or node.target is operator.getitem:
         return NodeClass("view")
-    if node.target not in RULES and node.target not in REDUCTIONS and node.target not in SCANS:
+    if node.target not in RULES and node.target not in REDUCTIONS and node.target not in SCANS and node.target not in SCATTERS:
         return NodeClass("fallback", no_lowering(node.target))
     if not static_tensor(out):
         return NodeClass("fallback", "output is not a statically shaped tensor of a supported dtype")
@@ -125,6 +130,9 @@ def classify(node: torch.fx.Node) -> NodeClass:
         return _classify_reduction(node, out)
     if node.target in SCANS:
         return _classify_scan(node, out)
+    if node.target in SCATTERS:  # Note [Scatters]: a step of its own
+        reason = scatter_fallback(node)
+        return NodeClass("scatter") if reason is None else NodeClass("fallback", reason)
     if node.target in INDEX_READS or node.target in POOLS:  # Note [Index reads], Note [Pooling windows]
         reason = index_fallback(node) if node.target in INDEX_READS else pool_fallback(node)
         return NodeClass("pointwise") if reason is None else NodeClass("fallback", reason)

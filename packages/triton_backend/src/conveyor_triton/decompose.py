@@ -117,8 +117,9 @@ _KEEP = [
     aten._scaled_dot_product_flash_attention_for_cpu,
     aten._scaled_dot_product_flash_attention_for_cpu_backward,
     aten.detach,
-    # its decomposition is a zero fill and a mask as kernels around an aten index_put: three
-    # launches, each over the whole (vocabulary, hidden) gradient, where the kernel is one
+    # its decomposition is a zero fill and a mask as kernels around an index_put: three
+    # launches, each over the whole (vocabulary, hidden) gradient, where its own scatter
+    # kernel is one (Note [Scatters] in conveyor_triton.scatters)
     aten.embedding_dense_backward,
     # the same: a zero fill and kernels around an aten scatter, where the kernel is one
     aten.nll_loss_backward,

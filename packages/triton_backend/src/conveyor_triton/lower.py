@@ -15,6 +15,7 @@ from conveyor.stage_api import timed_step
 from conveyor_triton.aten_step import AtenStep
 from conveyor_triton.classify import ARG_REDUCTIONS, REDUCTIONS, SCANS, NodeClass, classify
 from conveyor_triton.codegen import KernelSource, StoreStrides, generate, generate_combine
+from conveyor_triton.codegen_scatter import generate_scatter
 from conveyor_triton.domain import contiguous_strides
 from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.fusion import Fuser, Group
@@ -23,6 +24,8 @@ from conveyor_triton.launch import choose, launch_device, split_launches
 from conveyor_triton.ops import RULES
 from conveyor_triton.program import KernelStep, Program, Variant, needs_index64
 from conveyor_triton.report import Fallback, KernelEntry, Report
+from conveyor_triton.scatter_step import ScatterStep
+from conveyor_triton.scatters import SCATTERS, scatter
 
 
 def _is_view_member(node: torch.fx.Node) -> bool:
@@ -140,6 +143,25 @@ def _reads_a_reduction(node: torch.fx.Node, group: Group) -> bool:
     return False
 
 
+_ATEN = NodeClass("fallback", "an aten call")
+
+
+def _scatter_step(
+    node: torch.fx.Node, name: str, strides: tuple[int, ...], cache_dir: Path | None, options: dict[str, Any]
+) -> ScatterStep:
+    """The step of scatter ``node`` (Note [Scatters] in ``conveyor_triton.scatters``),
+    with its kernel for the graph's layouts."""
+    s = scatter(node)
+    sources = [s.index, *([s.source] if isinstance(s.source, torch.fx.Node) else [])]
+    layouts = (
+        (tuple(node.meta["val"].shape), strides),
+        *((tuple(t.meta["val"].shape), tuple(t.meta["val"].stride())) for t in sources),
+    )
+    device = launch_device(options.get("launch_for"), node.meta["val"].device)
+    kernel = generate_scatter(s, name, layouts, device)
+    return ScatterStep(node, s, name, kernel, cache_dir, strides, bool(options.get("log")), options.get("launch_for"))
+
+
 def _short(node: torch.fx.Node) -> str:
     name = getattr(node.target, "__name__", str(node.target))
     return name.split(".")[0].strip("_")
@@ -180,13 +202,19 @@ def lower(
             output_meta.setdefault(o, received)
     cache_dir = Path(options["cache_dir"]) if options.get("cache_dir") else None
 
-    steps: list[KernelStep | AtenStep] = []
+    steps: list[KernelStep | AtenStep | ScatterStep] = []
     kernels: list[KernelEntry] = []
     fallbacks: list[Fallback] = []
     views = 0
     for index in order:
         step = fuser.steps[index]
         if step.kind == "input":
+            continue
+        if step.kind == "aten" and step.node is not None and classes.get(step.node, _ATEN).category == "scatter":
+            name = f"k{len(kernels)}_{SCATTERS[step.node.target]}"
+            scattering = _scatter_step(step.node, name, _strides(step.node, output_meta), cache_dir, options)
+            steps.append(scattering)
+            kernels.append(KernelEntry(name, (step.node.name,), "scatter", scattering.kernel.source))
             continue
         if step.kind in ("view", "aten"):
             node = step.node

@@ -29,6 +29,7 @@ from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.index_reads import IndexBound
 from conveyor_triton.launch import Launch, block_sizes, launch_device
 from conveyor_triton.report import Report
+from conveyor_triton.scatter_step import ScatterStep
 
 INT32_LIMIT = 2**31 - 1
 
@@ -328,7 +329,7 @@ class Program:
     def __init__(
         self,
         placeholders: Sequence[torch.fx.Node],
-        steps: Sequence[KernelStep | AtenStep],
+        steps: Sequence[KernelStep | AtenStep | ScatterStep],
         outputs: Sequence[Any],
         report: Report,
     ) -> None:

@@ -10,21 +10,12 @@ from typing import Any
 #: why (issue 22, "kernels where aten runs today"); keyed by the op's name
 #: without the overload, as ``str(op.overloadpacket)`` gives it
 STAYS_ATEN: dict[str, str] = {
-    **dict.fromkeys(
-        ("aten.scatter_add", "aten.index_put", "aten.scatter_reduce", "aten.index_reduce"),
-        "adds into a copy of its destination at indexes read from a tensor (also index_add, which decomposes "
-        "to index_put): a kernel over the source's elements with atomic adds, which fusion groups (a value "
-        "per output element) do not have yet; float atomics add in any order, where eager's CPU kernel adds "
-        "in index order",
-    ),
-    "aten.scatter": "writes a copy of its destination at indexes read from a tensor: a kernel over the "
-    "source's elements, which fusion groups (a value per output element) do not have yet; duplicate indexes "
-    "leave any one of the values (as eager, which documents it as undefined)",
+    "aten.scatter_reduce": "prod, mean, amax and amin, and a sum without self, have no kernel yet (a sum including "
+    "self is one: Note [Scatters] in conveyor_triton.scatters); amax/amin would need eager's NaN order under atomics",
+    "aten.index_reduce": "no kernel yet (Note [Scatters] covers index_put with accumulate, so index_add)",
     "aten.sort": "a sort along a dimension (tl.sort sorts a power-of-two tile; no stable sort with "
     "eager's NaN order yet)",
     "aten.topk": "a selection along a dimension (no kernel yet)",
-    "aten.embedding_dense_backward": "kept whole by the decomposition table (conveyor_triton.decompose): a "
-    "scatter of the output gradient's rows",
     "aten.nll_loss_backward": "kept whole by the decomposition table (conveyor_triton.decompose): a scatter",
 }
 

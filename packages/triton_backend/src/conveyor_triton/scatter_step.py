@@ -1,0 +1,102 @@
+"""A scatter's step of a triton program: the destination's copy, then the
+kernel over the source's elements (Note [Scatters] in
+``conveyor_triton.scatters``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+
+from conveyor_triton import kernel_cache, metrics
+from conveyor_triton.aten_step import node_call
+from conveyor_triton.codegen_scatter import Layout, ScatterKernel, generate_scatter
+from conveyor_triton.launch import launch_device
+from conveyor_triton.scatters import Scatter
+
+
+def _layout(t: Any) -> Layout:
+    return (tuple(t.shape), tuple(t.stride()))
+
+
+@dataclass
+class ScatterStep:
+    """One scatter: a copy of the destination (in eager's layout), then its
+    kernel. The kernel for the layouts the graph had is generated at compile
+    time; others are generated when a run meets them. The node runs as
+    eager's op when one of its indexes is out of range on CPU (eager's error),
+    or on CUDA while deterministic algorithms are on (Note [Scatters])."""
+
+    node: torch.fx.Node
+    scatter: Scatter
+    name: str
+    kernel: ScatterKernel
+    cache_dir: Path | None
+    #: the output's strides (eager's, as a kernel's stored value: ``lower._strides``)
+    strides: tuple[int, ...] = ()
+    log: bool = False
+    #: the stage's ``launch_for`` option (None: the tensors' device type)
+    launch_for: str | None = None
+    _kernels: dict[tuple[Layout, ...], ScatterKernel] = field(default_factory=dict)
+    _fns: dict[str, Any] = field(default_factory=dict)
+    _call: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Note [Picklable run-time callables] in conveyor.protocol.artifacts
+        return {**self.__dict__, "_kernels": {}, "_fns": {}, "_call": None}
+
+    def reads(self) -> set[torch.fx.Node]:
+        """The values this step reads from the environment."""
+        return set(self.node.all_input_nodes)
+
+    def run_as_aten(self, env: dict[torch.fx.Node, Any]) -> None:
+        """Eager's op."""
+        if self._call is None:
+            self._call = node_call(self.node)
+        env[self.node] = self._call(env)
+
+    def run(self, env: dict[torch.fx.Node, Any]) -> None:
+        s = self.scatter
+        index = env[s.index]
+        if index.is_cuda:
+            if s.mode == "add" and s.dtype.is_floating_point and torch.are_deterministic_algorithms_enabled():
+                self.run_as_aten(env)
+                return
+        elif not s.bound.holds(index):
+            self.run_as_aten(env)  # Note [Indexes out of range]: eager's error
+            return
+        out = torch.empty_strided(s.dest_shape, self.strides, dtype=s.dtype, device=index.device)
+        env[self.node] = out
+        if s.dest is None:
+            out.zero_()
+        else:
+            dest = env[s.dest]
+            out.copy_(dest)
+            if metrics.active():
+                metrics.record("aten", [dest], [out])
+        tensors = [out, index]
+        if isinstance(s.source, torch.fx.Node):
+            tensors.append(env[s.source])
+        if index.numel() == 0 or out.numel() == 0:
+            return
+        layouts = tuple(_layout(t) for t in tensors)
+        kernel = self.kernel if layouts == self.kernel.layouts else self._kernels.get(layouts)
+        if kernel is None:
+            device = launch_device(self.launch_for, out.device)
+            kernel = self._kernels[layouts] = generate_scatter(s, self.name, layouts, device)
+        fn = self._fns.get(kernel.source)
+        if fn is None:
+            fn, file = kernel_cache.load(kernel.source, kernel.name, self.cache_dir)
+            self._fns[kernel.source] = fn
+            if self.log:
+                print(f"[conveyor_triton] kernel {kernel.name} -> {file}\n{kernel.source}")
+        launch = kernel.launch
+        meta: dict[str, Any] = {**launch.meta, "debug": True} if out.is_cuda else dict(launch.meta)
+        fn[(launch.grid,)](*tensors, **meta)
+        if metrics.active():
+            metrics.record("kernel", tensors[1:], [out])
+        if metrics.watched():
+            metrics.launched(kernel, tensors, launch.meta)
