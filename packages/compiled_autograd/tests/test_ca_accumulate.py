@@ -193,3 +193,38 @@ def test_residual_gradients_are_summed_inside_the_compiled_segment() -> None:
     assert_same_grads(ref.parameters(), model.parameters())
     assert session.last.opaque == ()
     assert len(session.last.backward.plan.segments) == 1
+
+
+def test_fresh_gradients_are_stolen_without_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Note [Stealing a fresh gradient]: a fresh segment output becomes ``.grad``
+    with no copy: one accumulation kernel fewer per parameter than with stealing off."""
+    from conveyor_compiled_autograd import straight
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    def calls(own: Any) -> tuple[int, list[torch.Tensor]]:
+        monkeypatch.setattr(straight, "own_references", own)
+        torch.manual_seed(0)
+        model = mlp()
+        x = torch.randn(5, 4)
+        with cca.enable():
+            for _ in range(2):  # the second backward is counted (compiled by then)
+                model.zero_grad(set_to_none=True)
+                loss = _loss(model, x)
+                with Count() as count:
+                    loss.backward()
+        return count.calls, [p.grad for p in model.parameters()]
+
+    stealing, grads = calls(straight.own_references)
+    copying, expected = calls(lambda: 0)
+    assert copying - stealing >= len(grads)
+    for g, e in zip(grads, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)

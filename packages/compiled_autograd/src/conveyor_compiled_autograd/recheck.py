@@ -57,7 +57,7 @@ def _getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ..
     return operator.itemgetter(*positions)  # type: ignore[return-value]
 
 
-def _tensor_check(tensors: Sequence[torch.Tensor]) -> Callable[..., bool]:
+def tensor_check(tensors: Sequence[torch.Tensor]) -> Callable[..., bool]:
     """A check that tensors have these tensors' dtypes, devices, sizes,
     strides and ``requires_grad``."""
     guards = getattr(getattr(torch._C, "_dynamo", None), "guards", None)
@@ -101,7 +101,7 @@ class LastVariant:
         self._values = self._others(values)
         self.dynamic = _getter(list(positions))  # the compiled variant's inputs
         tensors = self._tensors(values)
-        self._check = _tensor_check(tensors)
+        self._check = tensor_check(tensors)
         self._offsets = tuple(map(_offset, tensors))
         self._keyed = tuple(keyed)
         self._keys = self._stage_keys(values)
