@@ -42,6 +42,10 @@ def index_puts(x, i, k, v):
     return torch.ops.aten.index_put(x, [None, i], v, True), x.index_put((k[:, None],), v[0, :, None, :], accumulate=True) * 3
 
 
+def index_stores(x, i, v):
+    return x.index_put((i,), v), torch.ops.aten.index_put(x, [None, i[:2]], v[:2].t()) * 2
+
+
 def scatters(x, i, s):
     return x.scatter(1, i, s), x.scatter(1, i[:2], -2.5) + 1, x.t().scatter(0, i[:, :1].t(), s.t())
 
@@ -74,6 +78,14 @@ CASES = [
         index_puts,
         lambda: (_spread(3, 5, 4), torch.tensor([[-1, 0, 4], [4, 4, -5]]), torch.tensor([[-1, 0, 2], [2, 2, -3]]), _spread(2, 3, 4)),
         id="index_put-negative-broadcast",
+    ),
+    pytest.param(
+        index_stores, lambda: (torch.randn(4, 4), torch.tensor([3, -4, 1]), torch.randn(3, 4)), id="index_put-store"
+    ),
+    pytest.param(
+        index_stores,
+        lambda: (torch.randn(4, 4).half(), torch.tensor([-1, 0, 1], dtype=torch.int32), torch.randn(3, 1).half()),
+        id="index_put-store-float16-broadcast",
     ),
     pytest.param(
         scatters,
@@ -167,10 +179,19 @@ def test_index_out_of_range_raises_eagers_error(triton_only, fn, args, error):
     assert str(compiled.value) == str(eager.value)
 
 
+def test_equal_indexes_of_an_index_put_run_eagers_op(triton_only):
+    """index_put without accumulate stores; on CPU, equal indexes (-1 is 3
+    here) run eager's op instead, whose choice among them is its own."""
+    fn = triton_only()(lambda x, i, v: x.index_put((i,), v))
+    x, v = torch.randn(4, 2), torch.randn(3, 2)
+    for i in (torch.tensor([3, 0, 1]), torch.tensor([3, 0, -1])):
+        torch.testing.assert_close(fn(x, i, v), x.index_put((i,), v), atol=0, rtol=0)
+    assert "scatter" in _kinds(fn)
+
+
 def test_what_stays_aten(triton_only):
     def fn(x, i, s, h):
         return (
-            x.index_put((i[0],), s[0, 0], accumulate=False),  # duplicates: unspecified in eager
             h.scatter_add(1, i, h[:, :3]),  # float16 atomic adds
             x.scatter_reduce(1, i, s, "amax"),
         )
@@ -178,7 +199,6 @@ def test_what_stays_aten(triton_only):
     i = torch.tensor([[0, 0, 2], [1, 1, 1]])
     result = check(fn, torch.randn(2, 4), i, torch.randn(2, 3), torch.randn(2, 4).half(), compile=triton_only())
     reasons = _fallbacks(result.compiled)
-    assert any("index_put without accumulate" in r for r in reasons), reasons
     assert any("atomic add of torch.float16" in r for r in reasons), reasons
     assert any("scatter_reduce other than a sum" in r for r in reasons), reasons
 
@@ -256,7 +276,7 @@ def test_scatter_kernels_compile_for_sm90_and_sm80():
 # ---------------------------------------------------------------------------
 # op_db samples (the shared sweep's runner, Note [Scatters]'s ops only)
 
-SCATTER_OPS = ("scatter_add", "scatter", "index_add", "index_put", "scatter_reduce.sum")
+SCATTER_OPS = ("scatter_add", "scatter", "index_add", "index_put", "index_copy", "scatter_reduce.sum")
 
 
 @pytest.mark.opinfo

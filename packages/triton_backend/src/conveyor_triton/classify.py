@@ -12,7 +12,7 @@
   [Arg reductions] in ``conveyor_triton.codegen_reduce``).
 * ``scan``: ``cumsum`` along one dimension, a full value of a row group over
   that dimension (Note [Scans] in ``conveyor_triton.codegen_scan``).
-* ``scatter``: ``scatter_add``, ``scatter``, ``index_put(accumulate=True)``, ...:
+* ``scatter``: ``scatter_add``, ``scatter``, ``index_put``, ...:
   a kernel of its own over the source's elements (Note [Scatters] in
   ``conveyor_triton.scatters``).
 * ``view``: a view op. Inside a fusion group an order-keeping view

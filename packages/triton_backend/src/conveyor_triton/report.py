@@ -12,7 +12,7 @@ from typing import Any
 STAYS_ATEN: dict[str, str] = {
     "aten.scatter_reduce": "prod, mean, amax and amin, and a sum without self, have no kernel yet (a sum including "
     "self is one: Note [Scatters] in conveyor_triton.scatters); amax/amin would need eager's NaN order under atomics",
-    "aten.index_reduce": "no kernel yet (Note [Scatters] covers index_put with accumulate, so index_add)",
+    "aten.index_reduce": "no kernel yet (Note [Scatters] covers index_put, so index_add and index_copy)",
     "aten.sort": "a sort along a dimension (tl.sort sorts a power-of-two tile; no stable sort with "
     "eager's NaN order yet)",
     "aten.topk": "a selection along a dimension (no kernel yet)",
@@ -34,7 +34,7 @@ class KernelEntry:
 
     :ivar name: the kernel function's name.
     :ivar nodes: the graph nodes fused into it, in order.
-    :ivar kind: ``"pointwise"`` or ``"reduction"``.
+    :ivar kind: ``"pointwise"``, ``"reduction"`` or ``"scatter"`` (Note [Scatters]).
     :ivar source: the generated Triton source.
     """
 

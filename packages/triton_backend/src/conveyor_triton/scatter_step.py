@@ -18,6 +18,13 @@ from conveyor_triton.launch import launch_device
 from conveyor_triton.scatters import Scatter
 
 
+def _distinct(index: torch.Tensor, size: int) -> bool:
+    """Whether no two of ``index``'s values (negative ones counted from the
+    end of ``size``) are equal."""
+    wrapped = torch.where(index < 0, index + size, index)
+    return int(torch.unique(wrapped).numel()) == wrapped.numel()
+
+
 def _layout(t: Any) -> Layout:
     return (tuple(t.shape), tuple(t.stride()))
 
@@ -28,7 +35,8 @@ class ScatterStep:
     kernel. The kernel for the layouts the graph had is generated at compile
     time; others are generated when a run meets them. The node runs as
     eager's op when one of its indexes is out of range on CPU (eager's error),
-    or on CUDA while deterministic algorithms are on (Note [Scatters])."""
+    when two are equal where the kernel needs them distinct on CPU, or on CUDA
+    while deterministic algorithms are on (Note [Scatters])."""
 
     node: torch.fx.Node
     scatter: Scatter
@@ -62,11 +70,11 @@ class ScatterStep:
         s = self.scatter
         index = env[s.index]
         if index.is_cuda:
-            if s.mode == "add" and s.dtype.is_floating_point and torch.are_deterministic_algorithms_enabled():
+            if (s.mode == "store" or s.dtype.is_floating_point) and torch.are_deterministic_algorithms_enabled():
                 self.run_as_aten(env)
                 return
-        elif not s.bound.holds(index):
-            self.run_as_aten(env)  # Note [Indexes out of range]: eager's error
+        elif not s.bound.holds(index) or (s.distinct and not _distinct(index, s.size)):
+            self.run_as_aten(env)  # Note [Indexes out of range]: eager's error; or equal indexes
             return
         out = torch.empty_strided(s.dest_shape, self.strides, dtype=s.dtype, device=index.device)
         env[self.node] = out

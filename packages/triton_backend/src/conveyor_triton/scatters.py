@@ -1,6 +1,6 @@
 """Writes at computed indexes: ``scatter_add``, ``scatter`` (a tensor or a
-scalar), ``scatter_reduce(..., "sum")``, ``index_put(..., accumulate=True)``
-(``index_add`` decomposes to it) and ``embedding_dense_backward`` (kept whole
+scalar), ``scatter_reduce(..., "sum")``, ``index_put`` (``index_add``
+decomposes to it with ``accumulate=True``) and ``embedding_dense_backward`` (kept whole
 by the decomposition table) as generated kernels (Note [Scatters]).
 
 Note [Scatters]: each of these functional ops returns a copy of its
@@ -39,9 +39,11 @@ added first, or stored last, is the question:
   up to their order). When deterministic algorithms are on
   (``torch.use_deterministic_algorithms``), checked at every run, a CUDA
   scatter of floats runs eager's own op instead;
-* ``index_put`` without ``accumulate`` stays an aten call: eager's CPU kernel
-  stores in parallel, so which duplicate wins is not eager's to promise and
-  not ours to match.
+* ``index_put`` without ``accumulate`` stores; eager's CPU kernel stores in
+  parallel, so which of two equal indexes wins is not eager's to promise and
+  not ours to match: on CPU the step checks that the (wrapped) indexes are
+  distinct before it launches and runs eager's op when two are equal; on
+  CUDA the stores race as eager's do.
 
 Adds cover float32, float64, int32 and int64 (``tl.atomic_add``'s types that
 Triton's interpreter also runs: it has no bfloat16 atomics and raises on a
@@ -128,6 +130,12 @@ class Scatter:
             raise ValueError(f"destination dimension {self.dim} must be the one picked by the index: {self.dest_dims}")
 
     @property
+    def distinct(self) -> bool:
+        """Whether the kernel gives eager's result only for distinct indexes
+        (``index_put`` without ``accumulate``: Note [Scatters])."""
+        return self.mode == "store" and self.wraps
+
+    @property
     def bound(self) -> IndexBound:
         """The range the index must keep (Note [Indexes out of range])."""
         return IndexBound(self.index, self.size, self.wraps)
@@ -155,11 +163,6 @@ def fallback_reason(node: torch.fx.Node) -> str | None:
         if _arg(node, 4, "reduce") != "sum" or not _arg(node, 5, "include_self", True):
             return "scatter_reduce other than a sum including self (prod, mean, amax, amin: no kernel yet)"
     if kind == "index_put":
-        if not _arg(node, 3, "accumulate", False):
-            return (
-                "index_put without accumulate: eager's CPU kernel stores duplicate indexes in parallel, so which one "
-                "wins is unspecified (Note [Scatters])"
-            )
         tensors = [i for i in _arg(node, 1, "indices") if i is not None]
         if len(tensors) != 1 or not isinstance(tensors[0], torch.fx.Node):
             return "index_put with several index tensors (broadcast together) or none"
@@ -168,7 +171,9 @@ def fallback_reason(node: torch.fx.Node) -> str | None:
             return "embedding_dense_backward with scale_grad_by_freq (no kernel yet)"
         if _meta(node.args[0]).dim() != _meta(node.args[1]).dim() + 1:
             return "embedding_dense_backward of a gradient of another rank than the indices' plus one"
-    mode: Mode = "store" if kind == "scatter" else "add"
+    mode: Mode = (
+        "store" if kind == "scatter" or (kind == "index_put" and not _arg(node, 3, "accumulate", False)) else "add"
+    )
     if mode == "add" and out.dtype not in ADD_DTYPES:
         return f"an atomic add of {out.dtype} (Note [Scatters]: float32, float64, int32 and int64 only)"
     if mode == "store" and out.dtype is torch.bool:
@@ -267,7 +272,7 @@ def scatter(node: torch.fx.Node) -> Scatter:
             dest,
             index,
             _arg(node, 2, "values"),
-            "add",
+            "add" if _arg(node, 3, "accumulate", False) else "store",
             tuple(shape),
             p,
             tuple(range(p, p + k)),
