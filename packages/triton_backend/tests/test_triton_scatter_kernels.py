@@ -31,7 +31,12 @@ def _spread(*shape: int, dtype=torch.float32) -> torch.Tensor:
 
 
 def scatter_adds(x, i, s):
-    return x.scatter_add(1, i, s * 2) + 1, x.t().scatter_add(0, i.t(), s.t()), x.scatter_reduce(1, i, s, "sum")
+    return (
+        x.scatter_add(1, i, s * 2) + 1,
+        x.t().scatter_add(0, i.t(), s.t()),
+        x.scatter_reduce(1, i, s, "sum"),
+        x.scatter_reduce(1, i[:, :3], s, "sum", include_self=False),
+    )
 
 
 def index_adds(x, i, s, t):

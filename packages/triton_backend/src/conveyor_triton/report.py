@@ -10,8 +10,8 @@ from typing import Any
 #: why (issue 22, "kernels where aten runs today"); keyed by the op's name
 #: without the overload, as ``str(op.overloadpacket)`` gives it
 STAYS_ATEN: dict[str, str] = {
-    "aten.scatter_reduce": "prod, mean, amax and amin, and a sum without self, have no kernel yet (a sum including "
-    "self is one: Note [Scatters] in conveyor_triton.scatters); amax/amin would need eager's NaN order under atomics",
+    "aten.scatter_reduce": "prod, mean, amax and amin have no kernel yet (a sum is one: Note [Scatters] in "
+    "conveyor_triton.scatters); amax/amin would need eager's NaN order under atomics, prod float atomics Triton lacks",
     "aten.index_reduce": "no kernel yet (Note [Scatters] covers index_put, so index_add and index_copy)",
     "aten.sort": "a sort along a dimension (tl.sort sorts a power-of-two tile; no stable sort with "
     "eager's NaN order yet)",

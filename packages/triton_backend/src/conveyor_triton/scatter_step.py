@@ -4,6 +4,7 @@ kernel over the source's elements (Note [Scatters] in
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class ScatterStep:
     log: bool = False
     #: the stage's ``launch_for`` option (None: the tensors' device type)
     launch_for: str | None = None
-    _kernels: dict[tuple[Layout, ...], ScatterKernel] = field(default_factory=dict)
+    _kernels: dict[tuple[str, tuple[Layout, ...]], ScatterKernel] = field(default_factory=dict)
     _fns: dict[str, Any] = field(default_factory=dict)
     _call: Any = None
 
@@ -85,16 +86,28 @@ class ScatterStep:
             out.copy_(dest)
             if metrics.active():
                 metrics.record("aten", [dest], [out])
+        if index.numel() == 0 or out.numel() == 0:
+            return
+        if s.clears:  # scatter_reduce without self: the elements written start from zero
+            self._launch(
+                dataclasses.replace(s, source=0, mode="store", clears=False), f"{self.name}_clear", [out, index]
+            )
         tensors = [out, index]
         if isinstance(s.source, torch.fx.Node):
             tensors.append(env[s.source])
-        if index.numel() == 0 or out.numel() == 0:
-            return
+        self._launch(s, self.name, tensors)
+
+    def _launch(self, s: Scatter, name: str, tensors: list[torch.Tensor]) -> None:
+        """Launch the kernel of ``s`` for the layouts of ``tensors`` (output,
+        index, source), generated when first met."""
+        out = tensors[0]
         layouts = tuple(_layout(t) for t in tensors)
-        kernel = self.kernel if layouts == self.kernel.layouts else self._kernels.get(layouts)
+        kernel = (
+            self.kernel if (name, layouts) == (self.name, self.kernel.layouts) else self._kernels.get((name, layouts))
+        )
         if kernel is None:
             device = launch_device(self.launch_for, out.device)
-            kernel = self._kernels[layouts] = generate_scatter(s, self.name, layouts, device)
+            kernel = self._kernels[(name, layouts)] = generate_scatter(s, name, layouts, device)
         fn = self._fns.get(kernel.source)
         if fn is None:
             fn, file = kernel_cache.load(kernel.source, kernel.name, self.cache_dir)

@@ -1,5 +1,5 @@
 """Writes at computed indexes: ``scatter_add``, ``scatter`` (a tensor or a
-scalar), ``scatter_reduce(..., "sum")``, ``index_put`` (``index_add``
+scalar), ``scatter_reduce(..., "sum")`` (with or without ``self``), ``index_put`` (``index_add``
 decomposes to it with ``accumulate=True``) and ``embedding_dense_backward`` (kept whole
 by the decomposition table) as generated kernels (Note [Scatters]).
 
@@ -104,6 +104,9 @@ class Scatter:
     :ivar wraps: a negative index counts from the end (``index_put``).
     :ivar skip: an index whose elements are not written (an embedding's
         ``padding_idx``), or None.
+    :ivar clears: the elements written start from zero, not from the
+        destination's value (``scatter_reduce(..., include_self=False)``): a
+        first kernel stores zeros at the same addresses.
     :ivar dtype: the destination's dtype; ``index_dtype``: the index's;
         ``dest_shape``: the destination's shape.
 
@@ -124,6 +127,7 @@ class Scatter:
     index_dtype: torch.dtype
     dest_shape: tuple[int, ...]
     skip: int | None = None
+    clears: bool = False
 
     def __post_init__(self) -> None:
         if self.dest_dims.count(None) != 1 or self.dest_dims[self.dim] is not None:
@@ -160,8 +164,8 @@ def fallback_reason(node: torch.fx.Node) -> str | None:
     kind = SCATTERS[node.target]
     out = _meta(node)
     if kind == "scatter_reduce":
-        if _arg(node, 4, "reduce") != "sum" or not _arg(node, 5, "include_self", True):
-            return "scatter_reduce other than a sum including self (prod, mean, amax, amin: no kernel yet)"
+        if _arg(node, 4, "reduce") != "sum":
+            return "scatter_reduce other than a sum (prod, mean, amax, amin: no kernel yet)"
     if kind == "index_put":
         tensors = [i for i in _arg(node, 1, "indices") if i is not None]
         if len(tensors) != 1 or not isinstance(tensors[0], torch.fx.Node):
@@ -296,6 +300,7 @@ def scatter(node: torch.fx.Node) -> Scatter:
         dims,
         False,
         *_dtypes(dest, index),
+        clears=kind == "scatter_reduce" and not _arg(node, 5, "include_self", True),
     )
 
 
