@@ -53,6 +53,16 @@ def test_catches_wrong_strides_and_metadata():
         check(f, torch.randn(2, 3), compile=planted(lambda f, x: f(x.view_as(x))))
 
 
+def test_output_strides_are_compared_where_a_dimension_is_longer_than_1():
+    """Note [Significant strides]: a size-1 dimension's stride is free."""
+    x = torch.randn(2, 2).as_strided((1, 2), (1, 1), 0)
+    assert (x * 1).stride() == (1, 1) and (x - x).stride() == (2, 1)  # eager's own kernels differ
+    checked = check(lambda x: x * 1, x, compile=planted(lambda f, x: torch.empty(1, 2).copy_(f(x))))
+    assert checked.compiled_out.stride() == (2, 1)
+    with pytest.raises(AssertionError, match="output 0: strides"):
+        check(lambda x: x * 1, torch.randn(1, 2, 3), compile=planted(lambda f, x: f(x).transpose(1, 2).contiguous().transpose(1, 2)))
+
+
 def test_exceptions_must_match():
     def f(x):
         x.add_(1)  # a leaf that requires grad: eager raises
