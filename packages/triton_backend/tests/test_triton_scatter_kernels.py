@@ -162,6 +162,29 @@ def test_other_layouts_at_run_time_get_their_kernel(triton_only):
     assert len(step._kernels) == 1
 
 
+def _generic_sources(compiled) -> set[str]:
+    return {k.source for p in conveyor_triton.programs(compiled) for st in p.steps if hasattr(st, "_generic") for k in st._generic.values()}
+
+
+def test_a_symbolic_graph_shares_one_generic_scatter_kernel():
+    """The per-size programs of a symbolically sized graph launch the generic
+    kernel (sizes and strides as arguments), one source for every size."""
+    import conveyor
+
+    fns = [
+        lambda x, i, s: x.index_add(0, i, s * 2).relu(),
+        lambda x, i, s: x.scatter_add(0, i[:, None].expand(-1, 4), s),
+        lambda x, i, s: torch.ops.aten.embedding_dense_backward(s, i, x.shape[0], 1, False),
+    ]
+    for fn in fns:
+        compiled = conveyor.compile(fn, backend="triton", dynamic=True)
+        for n in (3, 5, 9):
+            x, i, s = _spread(n, 4), torch.randint(0, n, (n + 2,)), _spread(n + 2, 4)
+            torch.testing.assert_close(compiled(x, i, s), fn(x, i, s), atol=0, rtol=0)
+        assert compiled.compiles == 1
+        assert len(_generic_sources(compiled)) == 1
+
+
 def test_empty_index(triton_only):
     check(lambda x, i, s: x.scatter_add(1, i, s), torch.randn(3, 4), torch.zeros(3, 0, dtype=torch.long), torch.randn(3, 2), compile=triton_only())
 
@@ -266,10 +289,18 @@ AOT_RUNS = [
 ]
 
 
+def _symbolic_runs():
+    import conveyor
+
+    compiled = conveyor.compile(lambda x, i, s: x.index_add(0, i, s), backend="triton", dynamic=True)
+    for n in (3, 5):
+        compiled(torch.randn(n, 4), torch.randint(0, n, (7,)), torch.randn(7, 4))
+
+
 def test_scatter_kernels_compile_for_sm90_and_sm80():
     from test_triton_aot import _compile_all, _program, _record
 
-    recorder = _record([_program(fn, make_args) for fn, make_args in AOT_RUNS])
+    recorder = _record([*(_program(fn, make_args) for fn, make_args in AOT_RUNS), _symbolic_runs])
     results = _compile_all(recorder)
     names = {launch.name for launch in recorder.launches()}
     assert all(any(op in n for n in names) for op in ("scatter_add", "index_put", "scatter")), names

@@ -105,3 +105,70 @@ def generate_scatter(s: Scatter, name: str, layouts: Sequence[Layout], device: t
         body.append(f"    tl.store(out_ptr + ({out_addr}), v, mask=xmask & ok)")
     source = kernel_text(name, [*params, "XBLOCK: tl.constexpr"], body)
     return ScatterKernel(name, source, launch, tuple(layouts))
+
+
+def generate_generic_scatter(s: Scatter, name: str, index64: bool) -> str:
+    """The generic kernel of ``s`` (a symbolically sized graph's per-size
+    programs share it): sizes and strides are arguments, after the tensors,
+    in the order :func:`generic_args` gives them; no dimension is skipped."""
+    rank, dest_rank, source = len(s.shape), len(s.dest_shape), isinstance(s.source, torch.fx.Node)
+    params = ["out_ptr", "index_ptr", *(["src_ptr"] if source else []), "xnumel", "dim_size"]
+    params += [f"size{j}" for j in range(rank)] + [f"out_stride{j}" for j in range(dest_rank)]
+    params += [f"index_stride{j}" for j in range(len(s.index_dims))]
+    params += [f"src_stride{j}" for j in range(rank)] if source else []
+    body = ["    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)"]
+    if index64:
+        body.append("    xindex = xindex.to(tl.int64)")
+    body += ["    xmask = xindex < xnumel", "    rest = xindex"]
+    for j in reversed(range(rank)):
+        body += [f"    x{j} = rest % size{j}", f"    rest = rest // size{j}"]
+
+    def address(coords: Sequence[str], prefix: str) -> str:
+        return " + ".join(f"{c} * {prefix}{j}" for j, c in enumerate(coords)) or "xindex * 0"
+
+    body.append(
+        f"    i = tl.load(index_ptr + ({address([f'x{d}' for d in s.index_dims], 'index_stride')}), mask=xmask, other=0)"
+    )
+    body.append("    i = i.to(tl.int64)")
+    if s.wraps:
+        body.append("    i = tl.where(i < 0, i + dim_size, i)")
+    body.append("    ok = (i >= 0) & (i < dim_size)")
+    body.append('    tl.device_assert(ok | (xmask == 0), "index out of range")')
+    if s.skip is not None:
+        body.append(f"    ok = ok & (i != {s.skip})")
+    if source:
+        body.append(f"    v = tl.load(src_ptr + ({address([f'x{j}' for j in range(rank)], 'src_stride')}), mask=xmask)")
+    else:
+        value = torch.tensor(s.source, dtype=s.dtype).item()
+        full = (
+            f"tl.full([XBLOCK], {literal(value)}, {tl_type(torch.float32 if s.dtype.is_floating_point else s.dtype)})"
+        )
+        body.append(f"    v = {to_stored(full, s.dtype) if s.dtype.is_floating_point else full}")
+    out_addr = address(["i" if d is None else f"x{d}" for d in s.dest_dims], "out_stride")
+    if s.mode == "add":
+        body.append(f'    tl.atomic_add(out_ptr + ({out_addr}), v, mask=xmask & ok, sem="relaxed")')
+    else:
+        body.append(f"    tl.store(out_ptr + ({out_addr}), v, mask=xmask & ok)")
+    return kernel_text(name, [*params, "XBLOCK: tl.constexpr"], body)
+
+
+def generic_args(s: Scatter, tensors: Sequence[torch.Tensor]) -> tuple[list[object], bool]:
+    """The arguments of ``s``'s generic kernel for ``tensors`` (output,
+    index, source), the source expanded to the visited shape where it
+    broadcasts (``index_put``), and whether they need 64-bit indexing."""
+    out, index = tensors[0], tensors[1]
+    args: list[object] = [out, index]
+    strides: list[int] = []
+    if len(tensors) > 2:
+        src = tensors[2]
+        src = src.expand(s.shape) if src.dim() != len(s.shape) or s.wraps else src
+        args.append(src)
+        strides = list(src.stride())
+    numel = math.prod(s.shape)
+    args += [numel, s.size, *s.shape, *out.stride(), *index.stride(), *strides]
+    layouts = [_layout_of(t) for t in args if isinstance(t, torch.Tensor)]
+    return args, numel > INT32_LIMIT or any(_span(la) > INT32_LIMIT for la in layouts)
+
+
+def _layout_of(t: torch.Tensor) -> Layout:
+    return (tuple(t.shape), tuple(t.stride()))

@@ -147,7 +147,12 @@ _ATEN = NodeClass("fallback", "an aten call")
 
 
 def _scatter_step(
-    node: torch.fx.Node, name: str, strides: tuple[int, ...], cache_dir: Path | None, options: dict[str, Any]
+    node: torch.fx.Node,
+    name: str,
+    strides: tuple[int, ...],
+    cache_dir: Path | None,
+    options: dict[str, Any],
+    static: bool,
 ) -> ScatterStep:
     """The step of scatter ``node`` (Note [Scatters] in ``conveyor_triton.scatters``),
     with its kernel for the graph's layouts."""
@@ -159,7 +164,9 @@ def _scatter_step(
     )
     device = launch_device(options.get("launch_for"), node.meta["val"].device)
     kernel = generate_scatter(s, name, layouts, device)
-    return ScatterStep(node, s, name, kernel, cache_dir, strides, bool(options.get("log")), options.get("launch_for"))
+    return ScatterStep(
+        node, s, name, kernel, cache_dir, strides, bool(options.get("log")), options.get("launch_for"), static
+    )
 
 
 def _short(node: torch.fx.Node) -> str:
@@ -212,7 +219,7 @@ def lower(
             continue
         if step.kind == "aten" and step.node is not None and classes.get(step.node, _ATEN).category == "scatter":
             name = f"k{len(kernels)}_{SCATTERS[step.node.target]}"
-            scattering = _scatter_step(step.node, name, _strides(step.node, output_meta), cache_dir, options)
+            scattering = _scatter_step(step.node, name, _strides(step.node, output_meta), cache_dir, options, static)
             steps.append(scattering)
             kernels.append(KernelEntry(name, (step.node.name,), "scatter", scattering.kernel.source))
             continue

@@ -5,6 +5,7 @@ kernel over the source's elements (Note [Scatters] in
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,14 @@ import torch.fx
 
 from conveyor_triton import kernel_cache, metrics
 from conveyor_triton.aten_step import node_call
-from conveyor_triton.codegen_scatter import Layout, ScatterKernel, generate_scatter
-from conveyor_triton.launch import launch_device
+from conveyor_triton.codegen_scatter import (
+    Layout,
+    ScatterKernel,
+    generate_generic_scatter,
+    generate_scatter,
+    generic_args,
+)
+from conveyor_triton.launch import block_sizes, launch_device
 from conveyor_triton.scatters import Scatter
 
 
@@ -49,13 +56,16 @@ class ScatterStep:
     log: bool = False
     #: the stage's ``launch_for`` option (None: the tensors' device type)
     launch_for: str | None = None
+    #: False: the per-size programs of a symbolically sized graph, which share the generic kernel
+    static: bool = True
     _kernels: dict[tuple[str, tuple[Layout, ...]], ScatterKernel] = field(default_factory=dict)
+    _generic: dict[tuple[str, bool], ScatterKernel] = field(default_factory=dict)
     _fns: dict[str, Any] = field(default_factory=dict)
     _call: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Note [Picklable run-time callables] in conveyor.protocol.artifacts
-        return {**self.__dict__, "_kernels": {}, "_fns": {}, "_call": None}
+        return {**self.__dict__, "_kernels": {}, "_generic": {}, "_fns": {}, "_call": None}
 
     def reads(self) -> set[torch.fx.Node]:
         """The values this step reads from the environment."""
@@ -101,23 +111,32 @@ class ScatterStep:
         """Launch the kernel of ``s`` for the layouts of ``tensors`` (output,
         index, source), generated when first met."""
         out = tensors[0]
-        layouts = tuple(_layout(t) for t in tensors)
-        kernel = (
-            self.kernel if (name, layouts) == (self.name, self.kernel.layouts) else self._kernels.get((name, layouts))
-        )
-        if kernel is None:
-            device = launch_device(self.launch_for, out.device)
-            kernel = self._kernels[(name, layouts)] = generate_scatter(s, name, layouts, device)
+        device = launch_device(self.launch_for, out.device)
+        args: list[Any] = list(tensors)
+        if self.static:
+            layouts = tuple(_layout(t) for t in tensors)
+            same = (name, layouts) == (self.name, self.kernel.layouts)
+            kernel = self.kernel if same else self._kernels.get((name, layouts))
+            if kernel is None:
+                kernel = self._kernels[(name, layouts)] = generate_scatter(s, name, layouts, device)
+            grid, launch_meta = kernel.launch.grid, dict(kernel.launch.meta)
+        else:  # the generic kernel: sizes and strides are arguments
+            args, index64 = generic_args(s, tensors)
+            kernel = self._generic.get((name, index64))
+            if kernel is None:
+                source = generate_generic_scatter(s, name, index64)
+                kernel = self._generic[(name, index64)] = ScatterKernel(name, source, self.kernel.launch, ())
+            launch_meta = dict(block_sizes(device, math.prod(s.shape), None))
+            grid = -(-math.prod(s.shape) // launch_meta["XBLOCK"])
         fn = self._fns.get(kernel.source)
         if fn is None:
             fn, file = kernel_cache.load(kernel.source, kernel.name, self.cache_dir)
             self._fns[kernel.source] = fn
             if self.log:
                 print(f"[conveyor_triton] kernel {kernel.name} -> {file}\n{kernel.source}")
-        launch = kernel.launch
-        meta: dict[str, Any] = {**launch.meta, "debug": True} if out.is_cuda else dict(launch.meta)
-        fn[(launch.grid,)](*tensors, **meta)
+        meta: dict[str, Any] = {**launch_meta, "debug": True} if out.is_cuda else launch_meta
+        fn[(grid,)](*args, **meta)
         if metrics.active():
             metrics.record("kernel", tensors[1:], [out])
         if metrics.watched():
-            metrics.launched(kernel, tensors, launch.meta)
+            metrics.launched(kernel, args, launch_meta)
