@@ -28,9 +28,10 @@ added first, or stored last, is the question:
   kernel's linear order over the visited elements (row-major) puts them in
   the same order, and Triton's interpreter runs programs one after the other
   and a block's atomics element by element, so on CPU a scatter is bitwise
-  eager's (the tests check with the checker's default, float tolerances);
-  where eager's iterator reorders dimensions by stride the sums may differ
-  in the last bits, within those tolerances;
+  eager's (the tests check at ``atol = rtol = 0``, tighter than the checker's
+  default, torch.testing's 1.3e-6 relative for float32); where eager's
+  iterator reorders dimensions by stride the sums may differ in the last
+  bits, within that default;
 * eager's CUDA kernels add with atomics, in no fixed order, and store
   duplicates in no fixed order (its documentation calls the result
   undefined); the kernel does the same. ``embedding_dense_backward`` is the
@@ -38,12 +39,16 @@ added first, or stored last, is the question:
   where the kernel adds with atomics, as Inductor's lowering does (sums equal
   up to their order). When deterministic algorithms are on
   (``torch.use_deterministic_algorithms``), checked at every run, a CUDA
-  scatter of floats runs eager's own op instead;
+  scatter that stores or adds floats runs eager's own op instead;
 * ``index_put`` without ``accumulate`` stores; eager's CPU kernel stores in
   parallel, so which of two equal indexes wins is not eager's to promise and
   not ours to match: on CPU the step checks that the (wrapped) indexes are
   distinct before it launches and runs eager's op when two are equal; on
   CUDA the stores race as eager's do.
+
+``scatter_reduce(..., "sum", include_self=False)`` first stores zeros at
+every address the indexes give (a second kernel, launched before the adds),
+as eager does.
 
 Adds cover float32, float64, int32 and int64 (``tl.atomic_add``'s types that
 Triton's interpreter also runs: it has no bfloat16 atomics and raises on a
