@@ -5,9 +5,10 @@ process:
 
 * per-call overhead over eager (µs): ``torch.compile(backend="aot_eager")``,
   ``conveyor.compile`` and ``torch.compile(backend="conveyor")``, each the
-  minimum over interleaved rounds of calls minus eager's minimum; and dynamo's
-  own floor (``torch.compile`` with a backend that runs dynamo's graph as it
-  is), which neither backend behind dynamo can go below. Calls are timed in
+  minimum over interleaved rounds of calls (in a new order each round) minus
+  eager's minimum; and dynamo's own floor (``torch.compile`` with a backend
+  that runs dynamo's graph as it is), which neither backend behind dynamo can
+  go below. Calls are timed in
   the thread's CPU time (``time.thread_time``): on a shared machine wall time
   counts the time other processes hold the core, CPU time does not
   (``--wall`` times wall clock instead);
@@ -22,7 +23,10 @@ residual MLP (LayerNorm, Linear, GELU) under ``no_grad`` and as a training step.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/overhead.py`` (a few
 minutes on 2 cores). ``--quick`` runs fewer rounds; ``--only 12-block`` runs
-only the programs so named; ``--no-hf`` skips the Hugging Face ratios. Timings
+only the programs so named; ``--no-hf`` skips the Hugging Face ratios;
+``--compare '{"stages": {"autograd": {"partitioner": "min_cut"}}}'`` also times
+both conveyor entry points with those options, interleaved with the others in
+the same rounds (a before/after of a configuration in one process). Timings
 on a shared machine swing; the minimum over interleaved rounds of CPU time is
 the stable figure.
 """
@@ -30,7 +34,9 @@ the stable figure.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import random
 import time
 import timeit
 from collections.abc import Callable
@@ -89,12 +95,18 @@ def inference(model: Callable[..., torch.Tensor]) -> Callable[[torch.Tensor], to
 
 # -- one row ----------------------------------------------------------------
 def row(
-    name: str, build: Callable[[str], Callable[..., Any]], args: tuple[Any, ...], rounds: int, calls: int, timer: Callable[[], float]
+    name: str,
+    build: Callable[[str], Callable[..., Any]],
+    args: tuple[Any, ...],
+    rounds: int,
+    calls: int,
+    timer: Callable[[], float],
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """``build(kind)`` returns the callable for kind in eager / aot_eager /
-    conveyor.compile / torch.compile(conveyor) / dynamo floor, built fresh
-    (not yet called)."""
-    kinds = ["eager", "aot_eager", "conveyor.compile", "torch.compile(conveyor)", "dynamo floor"]
+    conveyor.compile / torch.compile(conveyor) / dynamo floor (and the
+    ``extra`` kinds), built fresh (not yet called)."""
+    kinds = ["eager", "aot_eager", "conveyor.compile", "torch.compile(conveyor)", "dynamo floor", *extra]
     first: dict[str, float] = {}
     fns: dict[str, Callable[..., Any]] = {}
     for kind in kinds:
@@ -108,8 +120,9 @@ def row(
         for _ in range(3):
             fn(*args)
     best = {k: float("inf") for k in kinds}
-    for _ in range(rounds):  # interleaved
-        for kind in kinds:
+    order = random.Random(0)
+    for _ in range(rounds):  # interleaved, in a new order each round (a fixed order favours some places)
+        for kind in order.sample(kinds, len(kinds)):
             fn = fns[kind]
             t = timeit.Timer(lambda fn=fn: fn(*args), timer=timer).timeit(number=calls)
             best[kind] = min(best[kind], t / calls * 1e6)
@@ -121,7 +134,15 @@ def _dynamo_graph_as_is(gm: torch.fx.GraphModule, example_inputs: Any) -> Callab
     return gm.forward
 
 
+#: conveyor's options for the ``--compare`` kinds
+COMPARED: dict[str, Any] = {}
+
+
 def compiled(kind: str, target: Any) -> Callable[..., Any]:
+    if kind == "conveyor.compile --compare":
+        return conveyor.compile(target, **COMPARED)
+    if kind == "torch.compile(conveyor) --compare":
+        return torch.compile(target, backend="conveyor", options=COMPARED)
     if kind == "eager":
         return target
     if kind == "aot_eager":
@@ -234,7 +255,12 @@ def main() -> None:
     parser.add_argument("--no-hf", action="store_true", help="skip the Hugging Face backend compile ratios")
     parser.add_argument("--wall", action="store_true", help="time wall clock, not the thread's CPU time")
     parser.add_argument("--only", action="append", metavar="TEXT", help="only the programs whose name contains TEXT")
+    parser.add_argument("--compare", metavar="JSON", help="also time both conveyor entry points with these options")
     opts = parser.parse_args()
+    extra: tuple[str, ...] = ()
+    if opts.compare:
+        COMPARED.update(json.loads(opts.compare))
+        extra = ("conveyor.compile --compare", "torch.compile(conveyor) --compare")
     rounds, calls = (2, 10) if opts.quick else (15, 100)
     timer = time.perf_counter if opts.wall else time.thread_time
     print(f"torch {torch.__version__}, conveyor {conveyor.__version__}, threads {torch.get_num_threads()}")
@@ -247,7 +273,7 @@ def main() -> None:
     for name, build, args in programs():
         if opts.only and not any(text in name for text in opts.only):
             continue
-        r = row(name, build, args, rounds, calls, timer)
+        r = row(name, build, args, rounds, calls, timer, extra)
         o, f = r["over"], r["first"]
         aot = o["aot_eager"]
         print(
@@ -257,6 +283,12 @@ def main() -> None:
             f" {o['dynamo floor']:13.0f}"
             f"   {f['aot_eager']:.0f} / {f['conveyor.compile']:.0f} / {f['torch.compile(conveyor)']:.0f}"
         )
+        if extra:
+            cv, tc = (o[kind] for kind in extra)
+            print(
+                f"{'  with --compare':36} {'':9} {'':10} {cv:8.0f} ({cv / aot:4.2f}x) {tc:9.0f} ({tc / aot:4.2f}x)"
+                f" {'':13}   first ms: cv.compile / tc(cv) {f[extra[0]]:.0f} / {f[extra[1]]:.0f}"
+            )
     ratios = [] if opts.no_hf else backend_compile_ratios()
     if ratios:
         print("\nbackend compile time behind dynamo (dynamo excluded), ms")
