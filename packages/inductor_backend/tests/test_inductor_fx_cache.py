@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch._inductor.config as inductor_config
 from conveyor.testing import check
-from conveyor_inductor import fx_cache
+from conveyor_inductor import fx_cache, programs
 from torch._dynamo.utils import counters
 from torch._inductor.utils import fresh_cache
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -93,6 +93,28 @@ def test_the_same_key_whether_graph_modules_are_lazy_or_not() -> None:
             got = compile(model)(x)
     assert lookups() == {"hit": 1, "miss": 0, "bypass": 0}
     assert torch.equal(got, want)
+
+
+def test_a_program_loaded_from_the_disk_cache_is_not_retraced_and_is_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Note [Storing Inductor programs]: the stored graph is the decomposed one; the loaded
+    # program propagates fake values over it and hands Inductor the same module, so the same key
+    from conveyor.testing.round_trip import check_round_trip
+    from conveyor_inductor import lowering
+
+    decomposed: list[str] = []
+    original = lowering.decompose
+
+    def counted(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.GraphModule:
+        decomposed.append("once")
+        return original(graph, where)
+
+    monkeypatch.setattr(lowering, "decompose", counted)
+    checked = check_round_trip(mlp(), torch.randn(4, 16), folder=tmp_path, backend="inductor")
+    assert len(decomposed) == 2  # forward and backward, in the first compile only
+    assert lookups() == {"hit": 2, "miss": 2, "bypass": 0}  # the loaded program: Inductor's cache
+    assert [p.label for p in programs(checked.compiled)] == ["forward", "backward"]
 
 
 def scaled(x: torch.Tensor) -> torch.Tensor:

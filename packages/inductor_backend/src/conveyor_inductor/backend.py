@@ -32,8 +32,9 @@ import torch
 from conveyor import CompiledFn, Request, StageError, stamp
 from conveyor.stage_api import writes
 
+from conveyor_inductor import fx_cache, lowering, program
 from conveyor_inductor.probe import STAGE, require_cxx
-from conveyor_inductor.program import compile_graph, describe_inputs, program
+from conveyor_inductor.specs import describe_inputs
 
 OPTIONS: dict[str, Any] = {
     # Inductor configuration for this backend's compiles, as torch._inductor.config.patch takes it
@@ -69,7 +70,10 @@ class InductorBackend:
         if "cpu" in devices:
             require_cxx()
         config = dict(options.get("config") or {})
-        gm, compiled = compile_graph(request.graph, request.inputs, request.fake_mode, request.label, config)
-        made = program(request, gm, compiled, describe_inputs(request.inputs), config)
+        where = fx_cache.scope(request.inputs, request.fake_mode)
+        decomposed = lowering.decompose(request.graph, where)
+        gm = program.for_inductor(decomposed)
+        compiled = lowering.compile_decomposed(gm, where, request.label, config)
+        made = program.program(request, decomposed, gm, compiled, describe_inputs(request.inputs), config)
         stamp(gm, artifact=made.info)
         return made.run

@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conveyor_inductor.specs import TensorSpec, describe_inputs
 
@@ -160,10 +161,7 @@ def scope(inputs: Sequence[Any], fake_mode: Any) -> Scope:
         described = describe_inputs(inputs)
         if described is None:
             return Scope(fake_mode, inputs, False, "an input that cannot be described")
-        mode = found.fake_mode(shape_env=found.shape_env())
-        with mode:
-            fakes = tuple(d.fake() if isinstance(d, TensorSpec) else d for d in described)
-        return Scope(mode, fakes, True, "", found.tracing_context(mode))
+        return described_scope(described)
     if shape_env is None:
         return Scope(fake_mode, inputs, False, "symbolic inputs without a ShapeEnv")
     if found.free_unbacked_symbols(inputs):
@@ -173,6 +171,20 @@ def scope(inputs: Sequence[Any], fake_mode: Any) -> Scope:
         missing = ", ".join(sorted(str(s) for s in symbols - lifted))
         return Scope(fake_mode, inputs, False, f"symbols that are not inputs ({missing})")
     return Scope(fake_mode, inputs, True, "", _context_for(found, fake_mode))
+
+
+def described_scope(described: Sequence[TensorSpec | int | float | bool]) -> Scope:
+    """Where a graph whose static inputs are ``described`` is compiled: a fresh
+    fake mode with an empty ``ShapeEnv``, fake inputs made in it, and a
+    ``TracingContext`` of it (Note [Inductor's FX graph cache]), or the cache
+    off when this torch lacks what it needs."""
+    found = api()
+    mode = FakeTensorMode() if found is None else found.fake_mode(shape_env=found.shape_env())
+    with mode:
+        fakes = tuple(d.fake() if isinstance(d, TensorSpec) else d for d in described)
+    if found is None:
+        return Scope(mode, fakes, False, "this torch lacks what the cache needs")
+    return Scope(mode, fakes, True, "", found.tracing_context(mode))
 
 
 def _context_for(found: FxCacheApi, fake_mode: Any) -> Any:

@@ -1,0 +1,65 @@
+"""One graph through Inductor: decomposed with Inductor's table, then compiled.
+
+The backend's compile and a program loaded from conveyor's disk cache share
+the second half; a loaded program skips the first, since it stores the graph
+the first half made (Note [Storing Inductor programs] in ``program.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import conveyor
+import torch
+from conveyor import StageError
+
+from conveyor_inductor import fx_cache, layouts
+from conveyor_inductor.probe import STAGE, api
+
+log = logging.getLogger(__name__)
+
+
+def decompose(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.GraphModule:
+    """``graph`` retraced on ``where``'s fake inputs with Inductor's
+    decompositions (Note [Symbolic sizes in the inductor backend]), a plain
+    ``GraphModule`` whose outputs keep ``graph``'s strides and are all marked
+    user-visible (Note [Layouts in the inductor backend])."""
+    table = {op: fn for op, fn in api().decompositions().items() if op is not torch.ops.aten.detach.default}
+    source = layouts.with_reshapes(graph)  # Note [Layouts in the inductor backend]
+    expected = layouts.output_strides(graph)
+
+    def run(*flat: Any) -> tuple[Any, ...]:
+        return layouts.restrided(tuple(conveyor.call_graph(source, flat)), expected)
+
+    with fx_cache.plain_graph_modules():  # one cache key on both entry points (Note [Inductor's FX graph cache])
+        gm = conveyor.retrace(run, where.inputs, where.fake_mode, decomposition_table=table)
+    layouts.keep_output_strides(gm)
+    return gm
+
+
+def compile_decomposed(gm: torch.fx.GraphModule, where: fx_cache.Scope, label: str, config: dict[str, Any]) -> Any:
+    """Inductor's callable for the decomposed ``gm`` (its ``meta["val"]`` set,
+    on ``where``'s fake inputs), compiled where ``where`` says so that
+    Inductor's FX graph cache can serve it (Note [Inductor's FX graph cache]);
+    its outputs checked to keep ``gm``'s strides (Note [Layouts in the
+    inductor backend]). Inductor may rewrite ``gm`` in place."""
+    inductor = api()
+    if not where.cached:
+        log.debug("%s: Inductor's FX graph cache not used: %s", label, where.why)
+    with where.entered(), inductor.config.patch({**config, **where.config}):
+        compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
+    changed = layouts.changed_output_strides(gm, compiled)
+    if changed and where.cached:  # a cache entry written without the mark: compile it afresh
+        log.debug("%s: Inductor's cached program changed output strides (%s): compiling again", label, changed)
+        with where.entered(), inductor.config.patch({**config, "fx_graph_cache": False}):
+            compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
+        changed = layouts.changed_output_strides(gm, compiled)
+    if changed:
+        raise StageError(
+            STAGE,
+            f"Inductor returns the {label} graph's outputs in other layouts than the graph's "
+            f"({'; '.join(changed)}): this torch does not honour user_visible_output_idxs "
+            "(Note [Layouts in the inductor backend])",
+        )
+    return compiled
