@@ -8,10 +8,9 @@ process:
   minimum over interleaved rounds of calls (in a new order each round) minus
   eager's minimum; and dynamo's own floor (``torch.compile`` with a backend
   that runs dynamo's graph as it is), which neither backend behind dynamo can
-  go below. Calls are timed in
-  the thread's CPU time (``time.thread_time``): on a shared machine wall time
-  counts the time other processes hold the core, CPU time does not
-  (``--wall`` times wall clock instead);
+  go below. Calls are timed in the thread's CPU time (``time.thread_time``):
+  on a shared machine wall time counts the time other processes hold the
+  core, CPU time does not (``--wall`` times wall clock instead);
 * first call (ms): a fresh compile through each entry point;
 * backend compile time behind dynamo (dynamo's own tracing excluded: only the
   time inside the backend callable), conveyor / aot_eager, on small Hugging
