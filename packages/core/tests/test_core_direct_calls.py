@@ -108,3 +108,22 @@ def test_linear_calls_give_eagers_one_call_and_the_same_bits() -> None:
     assert targets.count(torch.ops.aten.t.default) == 2
     for e, g in zip(gm(x, w, b), folded(x, w, b), strict=True):
         assert torch.equal(g, e)
+
+
+def test_call_sites_name_their_callable() -> None:
+    """Note [Calls by name]: each call site of the graph's code names what the
+    op's four attribute lookups gave."""
+    import types
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x).t()
+
+    gm = make_fx(program)(torch.randn(2, 3))
+    run = direct_forward(gm)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(run([x]), program(x), rtol=0, atol=0)
+    cells = [c.cell_contents for c in run.__closure__ or ()]
+    forward = next(f for f in cells if isinstance(f, types.FunctionType) and f.__name__ == "forward")
+    assert forward.__globals__["_conveyor_call_aten_t_default"] is torch.t  # its torch-level binding (Note [Torch-level calls])
+    assert forward.__globals__["_conveyor_call_aten_relu_default"] is torch.ops.aten.relu.default._op
+    assert "ops" not in forward.__code__.co_names  # no attribute lookups left
