@@ -185,6 +185,13 @@ def test_a_symbolic_graph_shares_one_generic_scatter_kernel():
         assert len(_generic_sources(compiled)) == 1
 
 
+def test_inputs_requiring_grad_need_autograd_stage(triton_only):
+    """A scatter kernel records no autograd history, as no generated kernel does."""
+    compiled = triton_only()(lambda x, i, s: x.index_add(0, i, s))
+    with pytest.raises(RuntimeError, match="enable the autograd stage"):
+        compiled(torch.randn(3, 2, requires_grad=True), torch.tensor([0, 0]), torch.randn(2, 2))
+
+
 def test_empty_index(triton_only):
     check(lambda x, i, s: x.scatter_add(1, i, s), torch.randn(3, 4), torch.zeros(3, 0, dtype=torch.long), torch.randn(3, 2), compile=triton_only())
 

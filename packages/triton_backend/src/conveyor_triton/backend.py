@@ -81,7 +81,7 @@ class TritonBackend:
         program = lower(
             gm, _received_outputs(request), request.label, dict(options), notes, input_aliasing=aliasing, static=static
         )
-        if needs_history and program.kernels:
+        if needs_history and program.launches_kernels:
             # aten steps (views, fallbacks) record autograd history; kernels do not. A graph
             # of views only (the autograd stage hands those on as they are) runs as it is.
             raise StageError(

@@ -351,6 +351,12 @@ class Program:
     def kernels(self) -> tuple[KernelStep, ...]:
         return tuple(s for s in self.steps if isinstance(s, KernelStep))
 
+    @property
+    def launches_kernels(self) -> bool:
+        """Whether a step runs a generated kernel (a fusion group's or a scatter's),
+        which records no autograd history."""
+        return any(isinstance(s, (KernelStep, ScatterStep)) for s in self.steps)
+
     def __call__(self, args: list[Any]) -> list[Any]:
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, args))
         args.clear()

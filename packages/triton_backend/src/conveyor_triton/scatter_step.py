@@ -93,7 +93,7 @@ class ScatterStep:
             out.zero_()
         else:
             dest = env[s.dest]
-            out.copy_(dest)
+            out.copy_(dest.detach())  # a kernel's result records no autograd history
             if metrics.active():
                 metrics.record("aten", [dest], [out])
         if index.numel() == 0 or out.numel() == 0:
