@@ -69,7 +69,7 @@ def add_one(x, n, one, m, XBLOCK: tl.constexpr):
 '''
 
 
-def test_gpu_launch_config_chooses_launches_for_a_gpu(triton_only):
+def test_gpu_launch_config_chooses_launches_for_a_gpu(triton_only, monkeypatch):
     fn = lambda x: torch.softmax(x, -1) + x.sum()  # noqa: E731
     x = torch.randn(64, 300)
     with aot.gpu_launch_config():
@@ -79,6 +79,8 @@ def test_gpu_launch_config_chooses_launches_for_a_gpu(triton_only):
     tiles = [step.kernel.launch.xblock * (step.kernel.launch.rblock or 1) for step in prog.kernels]
     assert max(tiles) <= 4096  # Note [Launch configuration]: a GPU's tile
     assert any(step.kernel.launch.persistent and step.kernel.launch.rblock == 512 for step in prog.kernels)
+    # the interpreter's own launches, also in an --aot-check session (which launches as on a GPU throughout)
+    monkeypatch.delenv("CONVEYOR_TRITON_LAUNCH_FOR", raising=False)
     here = triton_only()(fn)
     here(torch.randn(65, 300))  # another shape: not served from the disk cache (its key has no launch device)
     (prog,) = conveyor_triton.programs(here)
