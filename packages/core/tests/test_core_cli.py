@@ -33,7 +33,7 @@ def test_demo_trains_and_matches(capsys):
 SHIPPED_PIPELINE = ["dedupe", "synthetic_base", "functionalize", "autograd", "eager"]
 STAGE_FIELDS = {
     "name", "kind", "description", "plugin", "distribution", "version", "position", "enabled", "why",
-    "after", "before", "requires", "reads", "default_for", "options", "resolved",
+    "after", "before", "requires", "reads", "default_for", "fuses_pointwise", "options", "resolved",
 }
 TOOL_FIELDS = {"name", "description", "plugin", "distribution", "version", "usage", "options", "resolved"}
 
@@ -89,6 +89,7 @@ def test_stages_json_lists_every_shipped_stage_in_order_and_the_tool(
     assert by_name["autograd"]["options"] == by_name["autograd"]["resolved"] == {"partitioner": "auto"}
     assert by_name["eager"]["why"] == "default backend" and by_name["eager"]["distribution"] == "conveyor-core"
     assert by_name["triton"]["enabled"] is False and by_name["triton"]["default_for"] == ["cuda"]
+    assert by_name["triton"]["fuses_pointwise"] is True and by_name["eager"]["fuses_pointwise"] is False
     assert by_name["triton"]["resolved"] is None and by_name["triton"]["options"]["cache_dir"] is None
     (tool,) = report["tools"]
     assert set(tool) == TOOL_FIELDS and tool["name"] == "compiled_autograd"

@@ -56,6 +56,7 @@ class StageRow:
     requires: tuple[str, ...]
     reads: tuple[str, ...]
     default_for: tuple[str, ...]
+    fuses_pointwise: bool
     options: dict[str, Any]
     resolved: dict[str, Any] | None
 
@@ -119,6 +120,7 @@ def _stage_row(reg: RegisteredStage, index: int | None, pipeline: Pipeline) -> S
         requires=spec.requires,
         reads=spec.reads,
         default_for=spec.default_for,
+        fuses_pointwise=spec.fuses_pointwise,
         options=dict(spec.options),
         resolved=pipeline.options.get(spec.name),
     )
@@ -198,6 +200,8 @@ def _declared(row: StageRow) -> str:
         )
         if names
     ]
+    if row.fuses_pointwise:  # Note [Facts of the backend]
+        parts.append("fuses pointwise ops")
     if row.options:
         parts.append("options " + _options(row.options, row.resolved))
     return "; ".join(parts) or "nothing"
@@ -308,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stages", epilog=_CONFIG_SOURCES,
         help="list stages and tools, versions and the resolved pipeline order",
         description="List the installed stages and tools: kind, distribution and version, whether each stage "
-        "is in the pipeline and why, what it declares (after, before, requires, reads, default_for), "
+        "is in the pipeline and why, what it declares (after, before, requires, reads, default_for, fuses_pointwise), "
         "its options (defaults and resolved values), and the resolved pipeline order.",
     )
     p.add_argument(
