@@ -14,9 +14,11 @@ import conveyor.analysis.program
 import pytest
 import torch
 from conveyor import ConfigError, Lowering, Plugins, Request, StageError, StageSpec, hookimpl
+from conveyor.analysis.functional_run import run_functional
 from conveyor.analysis.program import InputAliasing, Program
 from conveyor.testing import check
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental import proxy_tensor
 
 
@@ -123,8 +125,9 @@ def test_the_record_is_computed_once_per_request_and_only_when_asked() -> None:
 
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
-    """Counts ``make_fx`` runs and record analyses (this test's patches only)
-    through the default pipeline of the installed stages."""
+    """Counts ``make_fx`` runs, record analyses and runs on functional
+    tensors (this test's patches only) through the default pipeline of the
+    installed stages."""
     found: Counter[str] = Counter()
     trace, analyze = proxy_tensor._MakefxTracer.trace, conveyor.analysis.functional_analysis.analyze
 
@@ -136,6 +139,12 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         found["analysis"] += 1
         return analyze(*args)
 
+    def counted_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        found["functional runs"] += 1
+        init(self, *args, **kwargs)
+
+    init = FunctionalTensorMode.__init__
+    monkeypatch.setattr(FunctionalTensorMode, "__init__", counted_init)
     monkeypatch.setattr(proxy_tensor._MakefxTracer, "trace", counted_trace)
     monkeypatch.setattr(conveyor.analysis.program, "analyze", counted_analyze)
     monkeypatch.setenv("CONVEYOR_CACHE", "0")
@@ -169,6 +178,45 @@ def test_a_mutating_program_is_analysed_once(counts: Counter[str]) -> None:
     # functionalize reads the same record
     assert counts["analysis"] == 1
     assert counts["make_fx"] == 2  # capture and the functional trace
+    assert counts["functional runs"] == 2  # the record's, and the trace's
+
+
+def test_a_program_writing_unshared_inputs_runs_functionally_once(counts: Counter[str]) -> None:
+    """Note [One functional run]: no stage before functionalize reads the
+    record, so the stage hands it the run of its own trace."""
+
+    def f(a, b):
+        a.add_(1)
+        return a * b, b.t()
+
+    check(f, torch.randn(2, 4), torch.randn(2, 4), compile=conveyor.compile)
+    assert counts == {"make_fx": 2, "functional runs": 1}  # capture, and the functional trace
+    counts.clear()
+    check(f, torch.randn(2, 4), torch.randn(2, 4, requires_grad=True), compile=conveyor.compile)
+    assert counts == {"make_fx": 3, "functional runs": 1}  # and the joint trace
+
+
+def test_a_record_keeps_the_analysis_read_from_a_run_made_elsewhere() -> None:
+    """``Program.analysis_from`` (Note [One functional run]): the facts of
+    a trace's functional run of the program, on its stand-ins, are the
+    record's own analysis, kept, and read only by a stage that declares it."""
+    request = request_of(_in_place, torch.randn(2, 2), torch.randn(2, 2))
+    program = request.program.seen_by("reader", ("analysis",))
+    assert not program.holds("analysis") and not program.holds("meta")
+    found: list[Any] = []
+
+    def traced(*args: Any) -> tuple[Any, ...]:
+        found.append(program.analysis_from(run_functional(request.graph, args)))
+        return ()
+
+    conveyor.retrace(traced, request.inputs, request.fake_mode)
+    assert program.holds("analysis") and program.holds("meta") and program.analysis is found[0]
+    assert found[0].meta == Program(request.graph, request.inputs, request.fake_mode).meta
+    assert program.analysis_from(found[0].run) is found[0]  # held: not read again
+    with pytest.raises(StageError, match="'blind': reads program part 'analysis'"):
+        request.program.seen_by("blind", ("meta",)).analysis_from(found[0].run)
+    with pytest.raises(ValueError, match="no program part 'graph'"):
+        program.holds("graph")
 
 
 class _Needs:
@@ -298,4 +346,6 @@ def test_the_shipped_stages_read_only_what_they_declare(counts: Counter[str]) ->
     check(_in_place, torch.randn(2), torch.randn(2), compile=conveyor.compile)
     with torch.no_grad():
         check(_mlp_step, torch.randn(4, 4), torch.randn(3, 4), compile=conveyor.compile)
-    assert counts["analysis"] >= 2
+    # aliased's record is analysed; _in_place's is read from functionalize's trace
+    # (Note [One functional run]), with the declaration checked all the same
+    assert counts["analysis"] >= 1 and counts["functional runs"] >= 3

@@ -10,7 +10,11 @@ import conveyor
 import pytest
 import torch
 from conveyor import Request
+from conveyor.stage_api import Program
 from conveyor.testing import check
+from conveyor_functionalize.layout import FunctionalLayout
+from conveyor_functionalize.one_run import in_one_run
+from conveyor_functionalize.trace import trace_functional
 from functionalize_catalogue import CASES, Case
 from test_functionalize_catalogue import compile_eager
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -62,3 +66,30 @@ def test_a_program_returning_a_view_of_its_input_is_still_functionalized() -> No
     check(f, torch.randn(2, 3), compile=lambda _: compiled)
     graphs = {g.stage: g.graph for g in conveyor.last_graphs(compiled) if not g.step}
     assert graphs["functionalize"] is not graphs["capture"]
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_facts_read_from_the_stages_trace_are_the_records(case: Case, requires_grad: bool) -> None:
+    """Note [One functional run]: where the stage reads the program's facts
+    from its own trace, they are what the record's separate run finds."""
+    try:
+        request = _request(case, requires_grad)
+    except RuntimeError:  # eager refuses it too (an in-place op on a leaf that requires grad)
+        pytest.skip("capture raises")
+    if not in_one_run(request):
+        pytest.skip("analysed before the trace")
+    record = Program(request.graph, request.inputs, request.fake_mode)
+    found: list[Any] = []
+
+    def layout_of(run: Any, kept_identity: bool) -> FunctionalLayout:
+        assert not kept_identity
+        found.append(record.analysis_from(run))
+        return FunctionalLayout.of(found[0].meta)
+
+    try:
+        with torch.set_grad_enabled(request.grad_enabled):
+            trace_functional(request.graph, request.inputs, request.fake_mode, layout_of)
+    except Exception:  # the stage lowers as before (its own error): nothing to compare
+        pytest.skip("the trace raises")
+    assert found[0].meta == request.program.meta

@@ -95,6 +95,8 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
         self.detached_from: dict[torch.fx.Node, torch.Tensor] = {}
         # tensors ``set_`` onto another storage under no_grad -> their identity zero
         self.swapped: dict[torch.Tensor, torch.Tensor] = {}
+        #: whether it kept an identity (wrote of its own: Note [One functional run])
+        self.kept_identity = False
 
     def _read_swapped(self, n: torch.fx.Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """Each read of a swapped tensor (not a view of it, which a write
@@ -115,6 +117,7 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
         grad_mode = n.meta.get(GRAD_META, True)
         written = _written(n, args, kwargs, self.detached_from, grad_mode) if torch.is_grad_enabled() else []
         zeros = [zero_with_identity_grad(t) for t in written]
+        self.kept_identity = self.kept_identity or bool(written)
         if self.swapped and not any(t is v for t in self.swapped for v in written):
             args, kwargs = self._read_swapped(n, args, kwargs)
         with torch.set_grad_enabled(torch.is_grad_enabled() and grad_mode):

@@ -6,11 +6,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from conveyor import Lowering, Request, StageError, StageSpec, hookimpl
+from conveyor import Lowering, Request, StageSpec, hookimpl
 
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, EAGER_KERNELS
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
+from conveyor_functionalize.one_run import in_one_run, lower_in_one_run
 from conveyor_functionalize.overlapping import check_no_mutated_aliases
 from conveyor_functionalize.self_overlap import (
     SPARSE_COMPRESSED_REASON,
@@ -19,7 +20,7 @@ from conveyor_functionalize.self_overlap import (
     sparse_compressed_with_grad,
     written_self_overlapping,
 )
-from conveyor_functionalize.trace import trace_functional, writing_nodes
+from conveyor_functionalize.trace import functional_lowering, trace_functional
 from conveyor_functionalize.views import no_grad_view_outputs
 
 STAGE = "functionalize"
@@ -30,9 +31,10 @@ class Functionalize:
     epilogue that replays mutations and output aliases on the caller's tensors.
 
     What the program mutates and how its outputs alias is the core's record
-    (``request.program.meta``); a program the record knows to be functional
-    from its graph alone passes through untraced (Note [Nothing to
-    functionalize]).
+    (``request.program.meta``), read from the stage's own trace where that
+    is exact (Note [One functional run]); a program the record knows to be
+    functional from its graph alone passes through untraced (Note [Nothing
+    to functionalize]).
 
     Note [Views under inference_mode] (``conveyor.analysis.program``): the stage
     traces with inference mode off as the record analyses (unless an input
@@ -54,6 +56,14 @@ class Functionalize:
             return eager_lowering(request, STAGE, [], f"{maker.target} with grad: {SPARSE_COMPRESSED_REASON}")
         if _nothing_to_do(request):  # Note [Nothing to functionalize]
             return Lowering.passthrough(request)
+        if in_one_run(request):  # Note [One functional run]
+            lowered = lower_in_one_run(request)
+            if lowered is not None:
+                return lowered
+        return self._lower_analysed(request)
+
+    def _lower_analysed(self, request: Request) -> Lowering:
+        """The record's analysis first (a run of its own), then the trace."""
         analysis = request.program.analysis
         meta, run = analysis.meta, analysis.run
         check_no_mutated_aliases(request.program)
@@ -64,11 +74,8 @@ class Functionalize:
             layout = FunctionalLayout.of(meta)
             views = no_grad_view_outputs(request.graph)  # Note [Views taken under no_grad]
             plan = EpiloguePlan.build(meta, run, layout, request.inputs, request.grad_enabled, views)
-            graph = trace_functional(request.graph, request.inputs, request.fake_mode, layout)
-        left = writing_nodes(graph)
-        if left:
-            raise StageError(STAGE, f"cannot functionalize {left[0].target}: the traced graph still writes with it")
-        return Lowering((request.replace(graph=graph),), plan.wrap)
+            graph = trace_functional(request.graph, request.inputs, request.fake_mode, lambda run, kept: layout)
+        return functional_lowering(request, graph, plan)
 
 
 def _nothing_to_do(request: Request) -> bool:

@@ -12,39 +12,73 @@ differentiate are decomposed (``conveyor_functionalize.decompositions``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.fx
-from conveyor import retrace
-from conveyor.stage_api import detach_no_grad_results, from_functional, must_keep, run_functional, writes
+from conveyor import Lowering, Request, StageError, retrace
+from conveyor.stage_api import (
+    FunctionalRun,
+    detach_no_grad_results,
+    from_functional,
+    must_keep,
+    run_functional,
+    writes,
+)
 
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, keep_eager_kernels
+from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
 from conveyor_functionalize.layout import FunctionalLayout
+
+STAGE = "functionalize"
 
 
 def writing_nodes(graph: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return [n for n in graph.graph.nodes if n.op == "call_function" and writes(n)]
 
 
-def _keeping_identity(graph: torch.fx.GraphModule, args: Sequence[Any]) -> Sequence[Any]:
+def functional_lowering(request: Request, graph: torch.fx.GraphModule, plan: EpiloguePlan) -> Lowering:
+    """The inner request on the functional ``graph``, wrapped by ``plan``'s epilogue."""
+    left = writing_nodes(graph)
+    if left:
+        raise StageError(STAGE, f"cannot functionalize {left[0].target}: the traced graph still writes with it")
+    return Lowering((request.replace(graph=graph),), plan.wrap)
+
+
+#: the layout of the traced graph's outputs, from the trace's functional run
+#: and whether the trace kept an autograd identity in it (wrote of its own)
+LayoutOf = Callable[[FunctionalRun, bool], FunctionalLayout]
+
+
+class _KeepingIdentity:
     """Note [No-grad writes keep autograd identity]: the trace also keeps the
     autograd identity of tensors written under ``no_grad``; this adds writes
-    of its own, so the record's analysis, which reads mutation flags, runs
-    without it."""
-    return IdentityKeepingInterpreter(graph).run(*args)  # type: ignore[no-any-return]
+    of its own, so the record's analysis, which reads mutation flags, cannot
+    be read from a run that did (``kept_identity``)."""
+
+    kept_identity = False
+
+    def __call__(self, graph: torch.fx.GraphModule, args: Sequence[Any]) -> Sequence[Any]:
+        interpreter = IdentityKeepingInterpreter(graph)
+        try:
+            return interpreter.run(*args)  # type: ignore[no-any-return]
+        finally:
+            self.kept_identity = interpreter.kept_identity
 
 
 def trace_functional(
-    graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any, layout: FunctionalLayout
+    graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any, layout_of: LayoutOf
 ) -> torch.fx.GraphModule:
-    """The functional graph of ``graph``, with outputs laid out by ``layout``."""
+    """The functional graph of ``graph``, with outputs laid out by
+    ``layout_of`` (called once, on the trace's own functional run)."""
     graph = keep_eager_kernels(graph)  # Note [Python kernels that differ from eager]
 
     def functional(*args: Any) -> tuple[Any, ...]:
-        run = run_functional(graph, args, _keeping_identity)
+        runner = _KeepingIdentity()
+        run = run_functional(graph, args, runner)
+        layout = layout_of(run, runner.kept_identity)
         outs = [from_functional(run.f_inputs[i]) for i in layout.updated_inputs]
         outs += [from_functional(run.f_outputs[k]) for k in layout.computed_outputs]
         outs += [from_functional(run.f_outputs[k]._base) for k in layout.intermediate_bases]

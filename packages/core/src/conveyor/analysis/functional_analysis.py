@@ -6,7 +6,9 @@ A smaller, readable cousin of torch's
 graph once on functional wrappers of the fake inputs, then read each input
 wrapper's mutation flags and classify each output by identity and storage.
 The program record (``conveyor.analysis.program.Program.analysis``) calls it at most
-once per graph; stages read the record.
+once per graph; stages read the record. :func:`read_run` reads the same facts
+from a functional run made elsewhere (a stage's trace: Note [One functional
+run] in ``conveyor.analysis.program``).
 
 Functionalization wraps each input separately, so the flags of an input are
 what the program does through that input, also when inputs share a storage
@@ -52,6 +54,17 @@ def analyze(graph: torch.fx.GraphModule, inputs: Sequence[Any], fake_mode: Any) 
     inputs = tuple(inputs)
     with fake_mode:
         run = run_functional(graph, inputs)
+    return read_run(inputs, run)
+
+
+def read_run(inputs: Sequence[Any], run: FunctionalRun) -> Analysis:
+    """The :class:`Analysis` of ``run``, a functional run of a program on
+    ``inputs`` (its fake inputs) or on stand-ins of them (same metadata,
+    storage, ``requires_grad`` and leafness: a trace's, Note [Tracing on
+    stand-ins]). The run must be the program's own, each node under its
+    captured grad mode, with no write of the runner's: the mutation flags
+    are read from its wrappers."""
+    inputs = tuple(inputs)
     infos = _with_swap_targets(
         tuple(_input_info(arg, f, g) for arg, f, g in zip(inputs, run.f_inputs, run.grad_fns_before)), run
     )

@@ -29,6 +29,17 @@ The parts, cheapest first:
   intermediates), from one run of the graph on functional tensors
   (``conveyor.analysis.functional_analysis``).
 
+Note [One functional run]: the exact part comes from running the graph on
+functional tensors, and a stage that traces the functional program runs it
+so again inside its trace. Such a stage may hand the record its own run
+instead (:meth:`Program.analysis_from`): the record reads the same facts
+from it (``conveyor.analysis.functional_analysis.read_run``) and keeps them,
+so the program runs functionally once. The run must be the program's own,
+on its inputs or a trace's stand-ins of them, each node under its captured
+grad mode, with no write of the runner's; whether a record holds a part
+already (:meth:`Program.holds`: a stage before asked for it) tells a stage
+whether handing its run saves anything.
+
 Note [Declared reads]: a stage declares the parts it reads
 (``StageSpec.reads``), and the core holds it to that: the stage receives
 its request with a :class:`ProgramView` of the record, which hands out the
@@ -52,7 +63,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from conveyor.analysis.functional_analysis import Analysis, analyze
+from conveyor.analysis.functional_analysis import Analysis, analyze, read_run
+from conveyor.analysis.functional_run import FunctionalRun
 from conveyor.analysis.program_meta import ProgramMeta
 from conveyor.analysis.schema import op_facts
 from conveyor.analysis.signature import CallSignature
@@ -196,6 +208,22 @@ class Program:
         (see :attr:`analysis`)."""
         return self.analysis.meta
 
+    def holds(self, part: str) -> bool:
+        """Whether ``part`` (one of :data:`PARTS`) is computed already; asking
+        computes nothing."""
+        if part not in PARTS:
+            raise ValueError(f"no program part {part!r}; the parts are {PARTS}")
+        return part in self.__dict__ or (part == "meta" and "analysis" in self.__dict__)
+
+    def analysis_from(self, run: FunctionalRun) -> Analysis:
+        """The :attr:`analysis` part, read from ``run``, a functional run of
+        this program made elsewhere, and kept (Note [One functional run]);
+        the part the record holds already when it does."""
+        if "analysis" not in self.__dict__:
+            # a frozen dataclass: set the part where cached_property keeps it
+            self.__dict__["analysis"] = read_run(self.inputs, run)
+        return self.analysis
+
     def seen_by(self, stage: str, reads: Collection[str]) -> ProgramView:
         """This record as ``stage``, which declares ``reads``, may read it
         (Note [Declared reads])."""
@@ -230,6 +258,16 @@ class ProgramView:
     def seen_by(self, stage: str, reads: Collection[str]) -> ProgramView:
         """The same record as another stage may read it."""
         return self.record.seen_by(stage, reads)
+
+    def holds(self, part: str) -> bool:
+        """:meth:`Program.holds` (reads no part)."""
+        return self.record.holds(part)
+
+    def analysis_from(self, run: FunctionalRun) -> Analysis:
+        """:meth:`Program.analysis_from`, for a stage that declares ``analysis``."""
+        if "analysis" not in self.reads:
+            raise StageError(self.stage, "reads program part 'analysis' it does not declare in StageSpec.reads")
+        return self.record.analysis_from(run)
 
     def __repr__(self) -> str:
         return f"ProgramView(stage={self.stage!r}, reads={sorted(self.reads)})"
