@@ -4,8 +4,9 @@ A small transformer training step (two ``nn.TransformerEncoderLayer`` blocks,
 each its own conveyor region, a linear head and a cross-entropy loss in
 eager between and after them). In one run:
 
-* backward time (forward untimed), interleaved rounds, medians, with
-  ``OMP_NUM_THREADS=1``:
+* backward time (forward untimed) as the thread's CPU time (another
+  process on a loaded machine does not count), interleaved rounds, medians
+  and minima, with ``OMP_NUM_THREADS=1``:
   - eager: eager forward, torch's engine runs the backward node by node;
   - conveyor per region: ``conveyor.compile``d blocks, each region's compiled
     backward run by torch's engine, the rest eager;
@@ -23,7 +24,7 @@ eager between and after them). In one run:
   mode (per region: the loss, the head and the ops between the blocks, and
   gradient accumulation; captured: gradient accumulation only).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/compiled_autograd.py
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/compiled_autograd.py [--rounds N] [--timing-only]
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ def make(d: int, heads: int) -> Model:
 def time_backward(model: Model, x: torch.Tensor, target: torch.Tensor, ctx: Callable[[], Any]) -> float:
     loss = model(x, target)
     with ctx():
-        start = time.perf_counter()
+        start = time.thread_time()
         loss.backward()
-        elapsed = time.perf_counter() - start
+        elapsed = time.thread_time() - start
     for p in model.parameters():
         p.grad = None
     return elapsed
@@ -133,8 +134,8 @@ def timing(d: int = 64, heads: int = 4, batch: int = 8, seq: int = 32, rounds: i
     base = statistics.median(times["eager"])
     fastest = min(times["eager"])
     print(
-        f"backward time: d={d} heads={heads} batch={batch} seq={seq}, {rounds} interleaved rounds, median and "
-        f"minimum (the minimum is steadier on a loaded machine), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+        f"backward time (thread CPU time): d={d} heads={heads} batch={batch} seq={seq}, {rounds} interleaved rounds, "
+        f"median and minimum (the minimum is steadier on a loaded machine), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
     )
     print("| variant | backward ms (median) | vs eager | backward ms (min) | vs eager | max abs grad diff vs eager |")
     print("|---|---|---|---|---|---|")
@@ -251,8 +252,15 @@ def triton_counts(d: int = 32, heads: int = 2, batch: int = 2, seq: int = 8) -> 
 
 
 def main() -> None:
-    timing()
-    triton_counts()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds of every variant (default 20)")
+    parser.add_argument("--timing-only", action="store_true", help="skip the triton backend's counts")
+    args = parser.parse_args()
+    timing(rounds=args.rounds)
+    if not args.timing_only:
+        triton_counts()
 
 
 if __name__ == "__main__":

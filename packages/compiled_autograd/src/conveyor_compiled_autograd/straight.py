@@ -43,8 +43,6 @@ import torch.fx
 from conveyor_compiled_autograd.accumulate import Accumulations
 from conveyor_compiled_autograd.plan import Plan
 
-SegmentCall = Callable[[Sequence[Any]], list[Any]]
-
 
 def straight_line(
     gm: torch.fx.GraphModule,
@@ -152,10 +150,12 @@ def _run_pending(collector: Any) -> None:
 
 def ints(sizes: list[Any]) -> list[Any]:
     """The sizes as ints (Note [Sizes as ints]): ``sizes`` itself when they are."""
-    for s in sizes:
-        if type(s) is not int:
-            return [s.size(1) if isinstance(s, torch.Tensor) else s for s in sizes]
-    return sizes
+    if _INT.issuperset(map(type, sizes)):
+        return sizes
+    return [s.size(1) if isinstance(s, torch.Tensor) else s for s in sizes]
+
+
+_INT = frozenset({int})
 
 
 @functools.cache
