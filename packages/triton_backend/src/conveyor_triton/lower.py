@@ -165,7 +165,16 @@ def _scatter_step(
     device = launch_device(options.get("launch_for"), node.meta["val"].device)
     kernel = generate_scatter(s, name, layouts, device)
     return ScatterStep(
-        node, s, name, kernel, cache_dir, strides, bool(options.get("log")), options.get("launch_for"), static
+        node,
+        s,
+        name,
+        kernel,
+        cache_dir,
+        strides,
+        bool(options.get("log")),
+        options.get("launch_for"),
+        static,
+        autotune=bool(options.get("autotune", True)),
     )
 
 

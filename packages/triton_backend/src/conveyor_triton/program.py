@@ -24,6 +24,7 @@ from conveyor.stage_api import span
 
 from conveyor_triton import kernel_cache, metrics, tuning
 from conveyor_triton.aten_step import AtenStep, node_call, run_node
+from conveyor_triton.bound_launch import bind
 from conveyor_triton.codegen import KernelSource, TensorArg
 from conveyor_triton.dtypes import rounds_explicitly
 from conveyor_triton.index_reads import IndexBound
@@ -61,7 +62,7 @@ class KernelStep:
     files: dict[Variant, Path] = field(default_factory=dict)
     _fns: dict[Variant, Any] = field(default_factory=dict)
     _warned: bool = False
-    #: the static kernels' launches bound to their compiled kernels (Note [Bound launches])
+    #: the static kernels' launches bound to their compiled kernels (Note [Bound launches] in conveyor_triton.bound_launch)
     _bound: dict[Variant, Any] = field(default_factory=dict)
     #: the stage's ``launch_for`` option: the device type generic launches are chosen for (None: the tensors')
     launch_for: str | None = None
@@ -269,50 +270,6 @@ class KernelStep:
         the kernel reads at computed indexes (Note [Indexes out of range] in
         ``conveyor_triton.index_reads``)."""
         return {**meta, "debug": True} if self.bounds and tensor.is_cuda else meta
-
-
-# Note [Bound launches]: a launch through Triton's ``JITFunction`` binds and
-# specializes its arguments and looks the compiled kernel up on every call
-# (tens of microseconds, more than a small kernel runs on a GPU). A static
-# kernel's arguments are its tensors only and its launch is fixed, so after
-# its first launch on CUDA the step calls the compiled kernel's launcher
-# directly, as Inductor's generated code does: grid, stream and block sizes
-# bound once. What Triton specialized the first launch on must still hold, or
-# the call goes through the ``JITFunction`` again: every pointer 16-byte
-# aligned as it was (Triton compiles another kernel for an unaligned one), the
-# same current device, and no launch hooks (a profiler's).
-
-
-def bind(compiled: Any, launch: Launch, args: Sequence[torch.Tensor]) -> Any:
-    """A callable launching ``compiled`` on ``args`` as its first launch did,
-    returning False without launching when that would not be the same launch
-    (Note [Bound launches]); None when the first launch cannot be bound."""
-    needed = ("run", "function", "packed_metadata")
-    if compiled is None or not all(hasattr(compiled, a) for a in needed) or any(t.data_ptr() % 16 for t in args):
-        return None
-    from triton import knobs
-
-    device = args[0].device.index
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton's own launch asks, where torch has it
-    stream = raw if raw is not None else (lambda index: torch.cuda.current_stream(index).cuda_stream)
-    run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
-    grid, blocks = launch.grid, tuple(v for k, v in launch.meta.items() if k in ("XBLOCK", "RBLOCK"))
-    hooks = knobs.runtime
-
-    def launch_bound(tensors: Sequence[torch.Tensor]) -> bool:
-        if not (_unhooked(hooks.launch_enter_hook) and _unhooked(hooks.launch_exit_hook)):
-            return False
-        if torch.cuda.current_device() != device or any(t.data_ptr() % 16 for t in tensors):
-            return False
-        run(grid, 1, 1, stream(device), function, packed, None, None, None, *tensors, *blocks)
-        return True
-
-    return launch_bound
-
-
-def _unhooked(hook: Any) -> bool:
-    """Whether a Triton launch hook is unset: None, or a ``HookChain`` holding no calls."""
-    return hook is None or (isinstance(getattr(hook, "calls", None), list) and not hook.calls)
 
 
 def _poison(dtype: torch.dtype) -> Any:

@@ -27,7 +27,12 @@ output, so running a candidate again only writes the same values again (a
 looping reduction with another ``RBLOCK`` adds in another order, within the
 tolerance of any reordering, as Note [Split reductions] says of its own);
 the kernel then runs once more with the chosen launch, so the values a call
-returns are the chosen launch's.
+returns are the chosen launch's. A scatter's static kernel (Note [Scatters]
+in ``conveyor_triton.scatters``) is tuned the same way when it only stores
+(``scatter``, ``index_put`` without accumulate, the clearing kernel of a
+``scatter_reduce`` without self): it reads no output, and running it again
+stores the same values at the same elements (where indexes repeat, which of
+them wins is already unspecified on CUDA, as in eager); one that adds is not.
 
 The choice is written beside the kernel's source in the kernel cache
 (``k_<hash>.tune.json``, one entry per GPU name and compute capability): a
