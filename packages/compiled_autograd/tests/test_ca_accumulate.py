@@ -228,3 +228,26 @@ def test_fresh_gradients_are_stolen_without_a_copy(monkeypatch: pytest.MonkeyPat
     assert copying - stealing >= len(grads)
     for g, e in zip(grads, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+def test_a_parameter_whose_layout_changes_gets_eagers_gradient_layout() -> None:
+    """Note [Layouts checked at once]: the steal decisions of the last step are
+    kept only while every variable and gradient has the same layout. The
+    gradient of ``x * p`` is laid out as ``x``, whatever ``p``'s layout: stolen
+    while ``p`` is contiguous, copied into ``p``'s strides once it is stored
+    transposed (eager's layout contract)."""
+    x = torch.randn(3, 4)
+    params = [nn.Parameter(torch.randn(3, 4)) for _ in range(2)]  # eager's, compiled autograd's
+    with cca.enable() as session:
+        for step in range(3):
+            if step == 2:
+                for p in params:
+                    p.data = p.data.t().contiguous().t()
+            for p, compiled in zip(params, (False, True), strict=True):
+                p.grad = None
+                with contextlib.nullcontext() if compiled else torch._dynamo.compiled_autograd._disable():
+                    (x * p).sum().backward()
+            assert params[1].grad.stride() == params[0].grad.stride() == params[0].stride()
+            torch.testing.assert_close(params[1].grad, params[0].grad, rtol=0, atol=0)
+    assert session.captures == 1
+    assert params[1].grad.stride() == (1, 3)

@@ -90,9 +90,8 @@ class Accumulations:
         self.post_hooks = tuple(post_hooks)
         #: what the references of a gradient only the generated caller holds count (``-1``: a probe of it)
         self.own = own
-        self._types: tuple[type, ...] = ()
-        self._check: Callable[..., bool] | None = None
-        self._ok: tuple[bool, ...] = ()
+        #: the last layouts' types, their check and decisions: one attribute, replaced at once (threads)
+        self._last: tuple[tuple[type, ...], Callable[..., bool] | None, tuple[bool, ...]] = ((), None, ())
 
     def __call__(self, values: list[Any]) -> Any:
         grads = values[1::3]
@@ -112,14 +111,15 @@ class Accumulations:
 
     def _layouts(self, variables: Sequence[Any], grads: Sequence[Any]) -> tuple[bool, ...]:
         types = tuple(map(type, (*variables, *grads)))
-        if self._check is not None and types == self._types and self._check(*variables, *grads):
-            return self._ok
-        self._ok = tuple(map(_contract, variables, grads))
-        self._types = types
-        self._check = None
+        last_types, check, ok = self._last
+        if check is not None and types == last_types and check(*variables, *grads):
+            return ok
+        ok = tuple(map(_contract, variables, grads))
+        check = None
         if all(t in _PLAIN for t in types) and len(set(map(id, (*variables, *grads)))) == len(types):
-            self._check = tensor_check([*variables, *grads])  # a tensor passed twice: decided every call
-        return self._ok
+            check = tensor_check([*variables, *grads])  # a tensor passed twice: decided every call
+        self._last = (types, check, ok)
+        return ok
 
 
 _getrefcount = sys.getrefcount
