@@ -53,3 +53,28 @@ def test_the_check_compares_the_stages_keys() -> None:
     assert not last.holds(_values(v0=torch.randn(3, 5), v1=torch.randn(3, 5)))  # two tensors, not one twice
     other = torch.randn(3, 5)
     assert last.holds([other, other, 7, None, 2.5])
+
+
+def test_the_stages_keys_follow_the_storage_groups() -> None:
+    """The keys are read again only when the storage groups differ from the
+    recorded call's: new storages grouped the same way hold, regrouped ones do not."""
+    groups = SimpleNamespace(cache_key=lambda signature: signature.groups)
+
+    def shared() -> list[Any]:
+        base = torch.randn(2, 3, 5)
+        return [base[0], base[1], 7, None, 2.5]
+
+    def apart() -> list[Any]:
+        return [torch.randn(3, 5), torch.randn(3, 5)[:], 7, None, 2.5]
+
+    last = LastVariant(shared(), [0, 1, 2], SimpleNamespace(), (groups,))
+    assert last.holds(shared())
+    assert not last.holds([*apart()[:1], shared()[1], *apart()[2:]])  # the same offsets, two storages
+    assert last.holds(shared())  # and the recorded groups are still the ones checked against
+    views = shared()
+    views[0] = torch.randn(2, 3, 5)[0]  # the same layouts and offsets, another storage
+    assert not last.holds(views)
+    last = LastVariant(apart(), [0, 1, 2], SimpleNamespace(), (groups,))
+    assert last.holds(apart())
+    one = torch.randn(3, 5)
+    assert not last.holds([one, one[:], 7, None, 2.5])  # one storage now: the keys are read and differ

@@ -21,7 +21,14 @@ for a *static* variant:
   tensors' one ``CallSignature``, equal to those of the call the variant was
   last chosen for. The tensors' signature with the positions of the other
   values fixed (the types) determines the whole call's, so equal keys here
-  mean equal keys there.
+  mean equal keys there. The signature is read from the storages, which
+  are new ones every step (activations); where this call's tensors fall in
+  the recorded call's storage groups (each storage's identity read in C,
+  ``torch._C._storage_id``, as ``untyped_storage()._cdata`` without the
+  storage object), the signature is the recorded one (the same groups, the
+  same tensors passed twice, and the layouts and offsets, which decide
+  overlaps, checked above), so every key read from it is too: the keys are
+  computed again only when the groups differ.
 
 When any of it differs (new sizes, a new aliasing), the general way runs and
 the check is rebuilt from the call it chose. Symbolic variants (guards over
@@ -41,10 +48,29 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
+from conveyor.analysis.signature import identity
 from conveyor.stage_api import CallSignature
 
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 _offset = torch.Tensor.storage_offset
+
+
+def _storage_identity() -> Callable[[torch.Tensor], int] | None:
+    """A tensor's storage's identity read in C: ``torch._C._storage_id``
+    where the installed torch has it and it is ``untyped_storage()._cdata``
+    (probed on a tensor, a view of it and another tensor)."""
+    read = getattr(torch._C, "_storage_id", None)
+    if not callable(read):
+        return None
+    a, b = torch.empty(4), torch.empty(4)
+    try:
+        same = all(read(t) == t.untyped_storage()._cdata for t in (a, a[1:], b)) and read(a) != read(b)
+    except (TypeError, RuntimeError):
+        return None
+    return read if same else None
+
+
+_storage_id = _storage_identity()
 
 
 def _getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
@@ -79,7 +105,7 @@ class LastVariant:
     """The check of Note [The last variant first] for one call's values and
     the static variant chosen for them."""
 
-    __slots__ = ("_all_tensors", "_check", "_keyed", "_keys", "_offsets", "_others", "_repeats", "_tensors", "_types", "_values", "dynamic", "fresh", "variant")
+    __slots__ = ("_all_tensors", "_check", "_keyed", "_keys", "_offsets", "_others", "_repeats", "_tensors", "_types", "_groups", "_values", "dynamic", "fresh", "variant")
 
     def __init__(self, values: Sequence[Any], positions: Sequence[int], variant: Any, keyed: Sequence[Any]) -> None:
         self.variant = variant
@@ -104,13 +130,33 @@ class LastVariant:
         self._check = tensor_check(tensors)
         self._offsets = tuple(map(_offset, tensors))
         self._keyed = tuple(keyed)
-        self._keys = self._stage_keys(values)
+        signature = CallSignature.of(self._all_tensors(values)) if self._keyed else None
+        #: the recorded call's storage groups (``CallSignature.groups``), where its tensors are plain
+        self._groups = signature.groups if signature is not None and signature.plain else None
+        self._keys = self._stage_keys(values, signature)
 
-    def _stage_keys(self, values: Sequence[Any]) -> tuple[Hashable, ...]:
+    def _stage_keys(self, values: Sequence[Any], signature: CallSignature | None = None) -> tuple[Hashable, ...]:
         if not self._keyed:
             return ()
-        signature = CallSignature.of(self._all_tensors(values))
+        if signature is None:
+            signature = CallSignature.of(self._all_tensors(values))
         return tuple(s.cache_key(signature) for s in self._keyed)
+
+    def _keys_hold(self, values: Sequence[Any]) -> bool:
+        """The keyed stages' keys are the recorded ones (see the Note: with
+        the recorded storage groups, the signature is the recorded one)."""
+        if not self._keyed:
+            return True
+        if self._groups is not None and _storage_id is not None:
+            ids = list(map(_storage_id, self._all_tensors(values)))
+            if len(set(ids)) == len(ids):
+                groups: tuple[int, ...] = identity(len(ids))
+            else:
+                first: dict[int, int] = {}
+                groups = tuple([first.setdefault(s, i) for i, s in enumerate(ids)])
+            if groups == self._groups:
+                return True
+        return self._stage_keys(values) == self._keys
 
     def holds(self, values: Sequence[Any]) -> bool:
         """Whether ``values`` are laid out as the call this was built from."""
@@ -124,5 +170,5 @@ class LastVariant:
             self._check(*tensors)
             and tuple(map(_offset, tensors)) == self._offsets
             and self._others(values) == self._values
-            and self._stage_keys(values) == self._keys
+            and self._keys_hold(values)
         )
