@@ -85,6 +85,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         f"({s.pct_no_vector:.0f}%), {s.pct_loads_vectorized:.0f}% of global loads vectorized, "
         f"{len(s.spilling)} spilling"
     )
+    if s.spilling:  # their sources: kernels/**/<name>.py under the session's --basetemp
+        tr.write_line(f"spilling on sm_90: {', '.join(s.spilling)}")
     errs = aot.errors(results)
     if errs:
         tr.write_line(f"{sum(1 for r in results if r.error)} compile errors:", red=True)
