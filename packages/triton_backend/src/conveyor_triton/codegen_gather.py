@@ -61,15 +61,35 @@ def gather(w: KernelWriter, node: torch.fx.Node, scope: str, out: list[str], ind
     (``aten.index``), checked against the source's size (a masked load,
     and a device assert for Triton's debug mode), then the source's element
     at the output's coordinates with the index in the picked dimension."""
-    read = index_read(node)
     coords, mask, var = output_coords(w, node, scope, out, indent)
+    return gather_at(w, node, coords, mask, var, scope, out, indent)
+
+
+def gather_at(
+    w: KernelWriter,
+    node: torch.fx.Node,
+    coords: Sequence[str],
+    mask: str,
+    var: str,
+    scope: str | None,
+    out: list[str],
+    indent: str,
+) -> str:
+    """:func:`gather` at ``coords`` of ``node``'s own shape: the output's
+    element in ``scope``, or (``scope`` None) the element an index read of
+    the group reads its index at, ``node`` being its index's producer (Note
+    [Index producers] in ``conveyor_triton.index_reads``)."""
+    read = index_read(node)
     size = read.source.meta["val"].shape[read.dim]
     index_val = read.index.meta["val"]
     i, ok = w.fresh("g"), w.fresh("ok")
-    if tuple(index_val.shape) == tuple(node.meta["val"].shape):  # gather: at the output's own index
+    index_coords = [coords[j] for j in read.index_dims]
+    if read.index in w.group.at_index:  # its producer, recomputed at the index's coordinates
+        loaded = gather_at(w, read.index, index_coords, mask, var, None, out, indent)
+    elif scope is not None and tuple(index_val.shape) == tuple(node.meta["val"].shape):  # gather: at its own index
         loaded = w.load(read.index, w.group.evaluate_at.get(node, tuple(index_val.shape)), scope, out, indent)
     else:
-        prefix, addr = own_address(w, read.index, [coords[j] for j in read.index_dims], var)
+        prefix, addr = own_address(w, read.index, index_coords, var)
         loaded = f"tl.load({prefix} + {addr}, mask={mask}, other=0)"
     out.append(f"{indent}{i} = {loaded}.to(tl.int64)" if w.index64 and index_val.dtype is not torch.int64 else f"{indent}{i} = {loaded}")
     if read.wraps:

@@ -67,6 +67,7 @@ from conveyor_triton.domain import Kind, access_ok, broadcasts, row_broadcast_ok
 from conveyor_triton.domain import numel as _numel
 from conveyor_triton.domain import shape as _shape
 from conveyor_triton.fusion_rows import CANDIDATES, reduction, scan
+from conveyor_triton.index_reads import INDEX_READS, index_read
 from conveyor_triton.merge import merge
 from conveyor_triton.ops import RULES, SHIFTED
 from conveyor_triton.record import Working
@@ -268,6 +269,8 @@ class Fuser:
         for other in candidates:
             merge(self, other, group)
         self._absorb(node, group, loose)
+        if node.target in INDEX_READS:
+            self._absorb_index(node, group)
 
     def _place(self, node: torch.fx.Node, operands: list[torch.fx.Node], candidates: list[Group]) -> Group | None:
         """Join ``node`` to the first group that can take it: one holding an
@@ -347,6 +350,29 @@ class Fuser:
             group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
             self.read(group, a.all_input_nodes)
             self.move(a, group)
+
+    def _absorb_index(self, node: torch.fx.Node, group: Group) -> None:
+        """Move the producer of index read ``node``'s index into ``group``
+        when it is itself an index read used only there (Note [Index producers]
+        in ``conveyor_triton.index_reads``)."""
+        producer = index_read(node).index
+        if producer.target not in INDEX_READS or not self._loose(producer, node):
+            return
+        if set(producer.all_input_nodes) & set(group.members):
+            return  # recomputed at other coordinates: it reads memory only
+        alone = self.group_of[producer]
+        if self.graph.reaches(self.graph.deps(alone.step), group.step) or self.graph.users(alone.step) - {group.step}:
+            return
+        if not self.fold(alone, group):
+            return
+        self.graph.contract(group.step, alone.step)
+        alone.members.clear()
+        alone.reads.clear()
+        group.members[producer] = group.members[node]
+        group.at_index[producer] = node
+        group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
+        self.read(group, producer.all_input_nodes)
+        self.move(producer, group)
 
     def _view(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]

@@ -21,6 +21,22 @@ memory outside the source is touched), and the kernel holds a
 before it launches (Note [Indexes out of range], below).
 A source dimension of size 0 read by a non-empty output (every index out of
 range) stays an aten call.
+
+Note [Index producers]: an index read's index may itself be an index read
+used nowhere else (token type ids as BERT makes them: a ``gather`` of a
+buffer at the position ids, read by the token type embedding). The index is read at some
+of the output's coordinates (an embedding's leading ones), not at its
+linear index, so the producer cannot be a member computed at the group's
+index as an absorbed producer is (Note [Absorbed producers] in
+``conveyor_triton.fusion``); instead it moves into the reading group
+(``Group.at_index``) and the read recomputes it at the index's coordinates
+(``codegen_gather.gather_at``): its own loads, at addresses from those
+coordinates, in place of the index's load. It reads memory only (none of
+its inputs is a member), so nothing else of the group is needed at other
+coordinates. Its bound is checked as any index read's; the read's own index
+is not in memory, so on CPU the kernel step computes it by the producer's
+aten call to check its range (Note [Indexes out of range]), and on CUDA the
+device assert holds it as for a loaded one.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def _reads_ok(fuser: Fusing, merged: Group, members: dict[torch.fx.Node, Kind], 
             continue
         if m.target not in RULES:
             continue  # an order-keeping view: its source is in its own old group
-        if m.target in SHIFTED and any(a in members for a in m.all_input_nodes):
+        if m.target in SHIFTED and any(a in members and merged.at_index.get(a) is not m for a in m.all_input_nodes):
             return False  # Note [Cat in a group] in conveyor_triton.codegen_cat
         for i in RULES[m.target].reads:
             a = m.args[i] if i < len(m.args) else None
@@ -90,7 +90,8 @@ def merge(fuser: Fusing, other: Group, group: Group) -> bool:
         return False  # a third step lies on a path between them
     members = dict(sorted({**group.members, **other.members}.items(), key=lambda m: fuser.position[m[0]]))
     probe = Group(step=-1, numel=keep.numel, members=members, reduce=keep.reduce, rows=keep.rows,
-                  perm=keep.perm, shape=keep.shape, reduced=keep.reduced)  # fmt: skip
+                  perm=keep.perm, shape=keep.shape, reduced=keep.reduced,
+                  at_index={**group.at_index, **other.at_index})  # fmt: skip
     if not _reads_ok(fuser, probe, members, set(other.members)):
         return False
     if not fuser.fold(other, group):
@@ -104,6 +105,7 @@ def merge(fuser: Fusing, other: Group, group: Group) -> bool:
         fuser.reducing(group)
     fuser.read(group, other.reads)
     group.evaluate_at.update(other.evaluate_at)
+    group.at_index.update(other.at_index)
     for m in other.members:
         fuser.move(m, group)
     steps.contract(sg, so)

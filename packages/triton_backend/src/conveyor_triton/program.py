@@ -118,7 +118,7 @@ class KernelStep:
         return self._fns[variant]
 
     def run(self, env: dict[torch.fx.Node, Any]) -> None:
-        if self.bounds and not all(b.holds(env[b.index]) for b in self.bounds if not env[b.index].is_cuda):
+        if self.bounds and not self._in_range(env):
             self.run_members(env)  # Note [Indexes out of range]: eager's error
             return
         k = self.kernel
@@ -135,6 +135,21 @@ class KernelStep:
             self.run_static(env, k)
         else:
             self.run_generic(env)
+
+    def _in_range(self, env: dict[torch.fx.Node, Any]) -> bool:
+        """Whether every index read's index on CPU is in range (Note [Indexes
+        out of range]); an index the kernel recomputes (Note [Index
+        producers] in ``conveyor_triton.index_reads``) is computed by its
+        node's aten call for the check."""
+        for b in self.bounds:
+            index = env.get(b.index)
+            if index is None:
+                if any(env[a].is_cuda for a in b.index.all_input_nodes):
+                    continue
+                index = run_node(b.index, env, None)
+            if not index.is_cuda and not b.holds(index):
+                return False
+        return True
 
     def run_static(self, env: dict[torch.fx.Node, Any], k: KernelSource) -> None:
         """Launch the static kernel (a split reduction's two: Note [Split

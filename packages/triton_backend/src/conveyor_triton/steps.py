@@ -58,6 +58,9 @@ class Group:
     :ivar evaluate_at: absorbed producers computed at their user's (larger)
         shape, their loads broadcast to it (Note [Absorbed producers]).
     :ivar reads: the values its members read (members' own values included).
+    :ivar at_index: absorbed index producers, each recomputed by the index
+        read using it at that read's index coordinates (Note [Index producers]
+        in ``conveyor_triton.index_reads``).
     """
 
     step: int
@@ -70,6 +73,7 @@ class Group:
     reduced: tuple[int, ...] = ()
     evaluate_at: dict[torch.fx.Node, tuple[int, ...]] = field(default_factory=dict)
     reads: set[torch.fx.Node] = field(default_factory=set)
+    at_index: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
 
     def domain(self) -> tuple[object, ...] | None:
         """What a reduction must agree on to join this reducing group (None: it reduces nothing)."""
