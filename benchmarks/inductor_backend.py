@@ -11,18 +11,24 @@ MLP, batch 32 x 16 tokens), side by side, ``OMP_NUM_THREADS=1``:
 For each, inference (``torch.no_grad()``) and a training step (forward, a
 loss, ``backward()``, gradients set to ``None``).
 
-**First calls** (the compile; imports and model construction excluded): each
-variant in a fresh process with an empty Inductor cache folder
-(``TORCHINDUCTOR_CACHE_DIR``) and conveyor's disk cache off, so no first call
-is served by another's compile; ``--rounds N`` runs the variants round-robin
-N times and keeps each one's fastest. Besides the wall time, the CPU time of
-the call: the process's own and that of the C++ builds it waited for (its
-children), which, unlike the wall time, does not grow with other processes'
-load on the machine; and the process's own alone (the Python work: tracing,
-conveyor's stages, Inductor's lowering and code generation). ``--warm`` shares one Inductor cache folder between the
-variants and runs each twice, reporting the second: a warm FX graph cache,
-AOTAutograd's cache for ``torch.compile(m)`` and conveyor's disk cache
-(``CONVEYOR_CACHE=1``, in that folder) for conveyor's variants.
+**First calls**: the time from the compile call (``torch.compile(m)``,
+``conveyor.compile(m, ...)``, with whatever its entry point imports on the
+way, ``import conveyor`` included) to the first result, each (variant, mode)
+in a fresh process after ``import torch`` and the model's construction; the
+variants run in turn, round after round (``--rounds N``), and each one's
+median is reported. As wall time and as CPU time: the process's own and that
+of the C++ builds it waited for (``getrusage`` of its children), which,
+unlike the wall time, does not grow with other processes' load; and the own
+alone (the Python work: tracing, conveyor's stages, Inductor's lowering and
+code generation, its cache lookups). Two settings:
+
+* **cold** (the default): an empty Inductor cache folder
+  (``TORCHINDUCTOR_CACHE_DIR``) per process and conveyor's disk cache off
+  (``CONVEYOR_CACHE=0``): everything is compiled and built;
+* **warm** (``--warm``): one cache folder per (variant, mode), filled by an
+  unmeasured first process: Inductor's FX graph cache, AOTAutograd's cache
+  (which serves ``torch.compile(m)`` whole) and conveyor's disk cache
+  (``CONVEYOR_CACHE=1``, in that folder), as a user's second run finds them.
 
 **Per call**: one more process builds every variant (from the first calls'
 Inductor caches, merged) and calls them in turn, A B C D A B C D ... (Note
@@ -42,7 +48,7 @@ per-call figures come from one process that alternates the variants, each
 call's load shared by its neighbours.
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/inductor_backend.py``
-(``--iters N``, ``--rounds N``, ``--only NAME``, ``--warm``).
+(``--iters N``, ``--rounds N``, ``--only NAME``, ``--warm``, ``--no-per-call``).
 """
 
 from __future__ import annotations
@@ -101,12 +107,12 @@ def compiled(variant: str, model: Any) -> Any:
     return torch.compile(model, backend="conveyor", options={"backend": "inductor"})
 
 
-def step(variant: str, mode: str) -> Callable[[], None]:
-    """A fresh model of ``variant`` and one call of it in ``mode``."""
+def step(variant: str, mode: str, model: Any = None, x: Any = None) -> Callable[[], None]:
+    """``model`` (a fresh one by default) compiled as ``variant``, and one call of it in ``mode``."""
     import torch
 
-    x = torch.randn(BATCH, TOKENS, D)
-    model = build()
+    x = torch.randn(BATCH, TOKENS, D) if x is None else x
+    model = build() if model is None else model
     fn = compiled(variant, model)
     params = list(model.parameters())
 
@@ -129,20 +135,25 @@ def _cpu() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
-def first_calls(variant: str) -> dict[str, float]:
-    """The first call of each mode (wall and CPU seconds) and the FX graph cache counters."""
+def first_call(variant: str, mode: str) -> dict[str, float]:
+    """The compile and first call of ``mode`` (wall and CPU seconds), the FX
+    graph cache counters and the full garbage collections it ran."""
+    import gc
+
     import torch
 
     torch.set_num_threads(1)
-    results: dict[str, float] = {}
-    for mode in MODES:
-        call = step(variant, mode)
-        start, (own, builds) = time.perf_counter(), _cpu()
-        call()
-        results[f"{mode} first"] = time.perf_counter() - start
-        own, builds = (after - before for after, before in zip(_cpu(), (own, builds), strict=True))
-        results[f"{mode} first cpu"] = own + builds
-        results[f"{mode} first own cpu"] = own
+    x, model = torch.randn(BATCH, TOKENS, D), build()
+    collections = [0]
+    gc.callbacks.append(
+        lambda phase, info: collections.__setitem__(0, collections[0] + (phase == "stop" and info["generation"] == 2))
+    )
+    start, (own, builds) = time.perf_counter(), _cpu()
+    call = step(variant, mode, model, x)
+    call()
+    results = {"first": time.perf_counter() - start, "full gc": float(collections[0])}
+    own, builds = (after - before for after, before in zip(_cpu(), (own, builds), strict=True))
+    results["first cpu"], results["first own cpu"] = own + builds, own
     from torch._dynamo.utils import counters
 
     for k in ("hit", "miss", "bypass"):
@@ -184,73 +195,113 @@ def _child(args: list[str], cache_dir: str, warm: bool = False) -> Any:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _programs(cache_dir: str) -> int:
+    """How many programs conveyor's disk cache in ``cache_dir`` holds."""
+    return sum(len(files) for _, _, files in os.walk(os.path.join(cache_dir, "conveyor")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iters", type=int, default=30, help="per-call rounds (each calls every variant once)")
-    parser.add_argument("--rounds", type=int, default=1, help="first-call processes per variant (the fastest is kept)")
+    parser.add_argument("--rounds", type=int, default=3, help="first-call processes per variant and mode (median)")
     parser.add_argument("--only", choices=VARIANTS, action="append")
-    parser.add_argument("--warm", action="store_true", help="share a warm Inductor cache between the variants")
+    parser.add_argument(
+        "--warm", action="store_true", help="first calls with filled caches (Inductor's, AOTAutograd's, conveyor's)"
+    )
+    parser.add_argument("--no-per-call", action="store_true", help="first calls only")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--side-by-side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     variants = args.only or list(VARIANTS)
     if args.child:
-        print(json.dumps(first_calls(args.child)))
+        print(json.dumps(first_call(args.child, args.mode)))
         return
     if args.side_by_side:
         print(json.dumps(side_by_side(variants, args.iters)))
         return
+    compiled_variants = [v for v in variants if v != "eager"]
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {(v, m): [] for v in compiled_variants for m in MODES}
     rows: dict[str, dict[str, float]] = {v: {} for v in variants}
     with tempfile.TemporaryDirectory() as top:
         merged = os.path.join(top, "merged")
         for r in range(args.rounds):
-            for variant in variants:
-                cache = merged if args.warm else tempfile.mkdtemp(dir=top)
-                if args.warm and r == 0:
-                    _child(["--child", variant], cache, args.warm)
-                got = _child(["--child", variant], cache, args.warm)
-                for k, value in got.items():
-                    keep = k.startswith("fx graph cache") or k not in rows[variant] or value < rows[variant][k]
-                    rows[variant][k] = value if keep else rows[variant][k]
-                if not args.warm:
-                    shutil.copytree(cache, merged, dirs_exist_ok=True)
-                    shutil.rmtree(cache, ignore_errors=True)
-                print(f"  {variant}: first calls, round {r + 1}", file=sys.stderr)
-        only = [a for v in variants for a in ("--only", v)]
-        for variant, got in _child(["--side-by-side", "--iters", str(args.iters), *only], merged).items():
-            rows[variant].update(got)
-        print("  per call: done", file=sys.stderr)
+            for mode in MODES:
+                for variant in compiled_variants:  # in turn: each round's load shared by every variant
+                    child = ["--child", variant, "--mode", mode]
+                    if args.warm:
+                        cache = os.path.join(top, f"{variant}-{mode}".replace(" ", "_"))
+                        if r == 0:
+                            _child(child, cache, warm=True)  # fills the caches, not measured
+                        before = _programs(cache)
+                        got = _child(child, cache, warm=True)
+                        got["conveyor programs stored"] = float(_programs(cache) - before)  # 0: served from disk
+                        runs[variant, mode].append(got)
+                    else:
+                        cache = tempfile.mkdtemp(dir=top)
+                        runs[variant, mode].append(_child(child, cache))
+                        shutil.copytree(cache, merged, dirs_exist_ok=True)
+                        shutil.rmtree(cache, ignore_errors=True)
+                    print(f"  {variant} {mode}: first call, round {r + 1}", file=sys.stderr)
+        for (variant, mode), got in runs.items():
+            for k in got[0]:
+                rows[variant][f"{mode} {k}"] = statistics.median(g[k] for g in got)
+        if not args.no_per_call:
+            only = [a for v in variants for a in ("--only", v)]
+            for variant, per_call in _child(["--side-by-side", "--iters", str(args.iters), *only], merged).items():
+                rows[variant].update(per_call)
+            print("  per call: done", file=sys.stderr)
     report(rows, args)
 
 
 def report(rows: dict[str, dict[str, float]], args: Any) -> None:
     base = rows.get("torch.compile(m)")
     cache = "warm" if args.warm else "cold"
-    print(
-        f"d={D}, {BLOCKS} blocks, batch {BATCH}x{TOKENS}, OMP_NUM_THREADS=1, {cache} Inductor cache, load {os.getloadavg()[0]:.1f}"
-    )
-    tables = (
-        (f"per call, side by side (median of {args.iters})", ("inference per call", "train per call"), 1e3, "ms"),
-        (f"first call ({cache} cache, fastest of {args.rounds})", ("inference first", "train first"), 1.0, "s"),
-    )
-    for title, columns, scale, unit in tables:
+    print(f"d={D}, {BLOCKS} blocks, batch {BATCH}x{TOKENS}, OMP_NUM_THREADS=1, load {os.getloadavg()[0]:.1f}")
+    tables: list[tuple[str, tuple[str, ...], tuple[str, ...], float, str]] = [
+        (
+            f"first call, {cache} (compile + first call, fresh process; median of {args.rounds})",
+            ("inference first", "train first"),
+            ("", " cpu", " own cpu"),
+            1.0,
+            "s",
+        )
+    ]
+    if not args.no_per_call:
+        tables.insert(
+            0,
+            (
+                f"per call, side by side (median of {args.iters})",
+                ("inference per call", "train per call"),
+                ("", " cpu"),
+                1e3,
+                "ms",
+            ),
+        )
+    for title, columns, kinds, scale, unit in tables:
         print(title)
-        kinds = ("", " cpu", " own cpu") if "first" in title else ("", " cpu")
         heads = [c + kind for c in columns for kind in kinds]
         print(f"{'':34}" + "".join(f"{h:>28}" for h in heads))
         for variant, row in rows.items():
+            if heads[0] not in row:
+                continue
             cells = []
             for c in heads:
-                ratio = f" ({row[c] / base[c]:.2f}x)" if base and base[c] else ""
+                ratio = f" ({row[c] / base[c]:.2f}x)" if base and base.get(c) else ""
                 cells.append(f"{row[c] * scale:.2f} {unit}{ratio}")
             print(f"{variant:34}" + "".join(f"{cell:>28}" for cell in cells))
-    print("Inductor's FX graph cache (both modes, each first-call process): hit / miss / bypass")
+    print("Inductor's FX graph cache (median per first-call process): hit / miss / bypass; full GCs in the first call")
     for variant, row in rows.items():
-        if variant != "eager":
-            print(
-                f"  {variant:32}"
-                + " / ".join(str(int(row.get(f"fx graph cache {k}", 0))) for k in ("hit", "miss", "bypass"))
-            )
+        for mode in MODES:
+            if f"{mode} fx graph cache hit" in row:
+                counts = " / ".join(str(int(row[f"{mode} fx graph cache {k}"])) for k in ("hit", "miss", "bypass"))
+                stored = row.get(f"{mode} conveyor programs stored")
+                disk = (
+                    ""
+                    if stored is None or variant == "torch.compile(m)"
+                    else f"; conveyor programs compiled {stored:g}"
+                )
+                print(f"  {variant:32} {mode:10} {counts}; {int(row[f'{mode} full gc'])}{disk}")
 
 
 if __name__ == "__main__":
