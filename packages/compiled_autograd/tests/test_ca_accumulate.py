@@ -198,6 +198,14 @@ def test_residual_gradients_are_summed_inside_the_compiled_segment() -> None:
 def test_fresh_gradients_are_stolen_without_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     """Note [Stealing a fresh gradient]: a fresh segment output becomes ``.grad``
     with no copy: one accumulation kernel fewer per parameter than with stealing off."""
+    import inspect
+
+    from torch._dynamo.external_utils import call_accumulate_grad
+
+    if "variable_grad" not in inspect.signature(call_accumulate_grad).parameters:
+        # torch 2.11 / 2.12: the captured accumulation reads .grad when it runs, so the plan
+        # cannot know it is None, and every gradient goes through AccumulateGrad (a copy)
+        pytest.skip("this torch's compiled autograd does not pass the current .grad: nothing is stolen")
     from conveyor_compiled_autograd import straight
     from torch.utils._python_dispatch import TorchDispatchMode
 
