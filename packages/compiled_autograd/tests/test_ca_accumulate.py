@@ -259,3 +259,15 @@ def test_a_parameter_whose_layout_changes_gets_eagers_gradient_layout() -> None:
             torch.testing.assert_close(params[1].grad, params[0].grad, rtol=0, atol=0)
     assert session.captures == 1
     assert params[1].grad.stride() == (1, 3)
+
+
+def test_a_failed_reference_count_probe_says_nothing_is_stolen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never a silent probe: one warning naming the cause, and 0 (copy every gradient)."""
+    from conveyor_compiled_autograd import straight
+
+    def broken() -> list[Any]:
+        raise RuntimeError("no fresh values here")
+
+    monkeypatch.setattr(straight, "_fresh_values", broken)
+    with pytest.warns(RuntimeWarning, match="not stolen.*RuntimeError: no fresh values here"):
+        assert straight.own_references.__wrapped__() == 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -175,10 +176,23 @@ def own_references() -> int:
     try:
         run = torch.fx.GraphModule(torch.nn.Module(), graph).forward
         counts = {count for _ in range(_PROBES) for count in run()}
-    except Exception:  # noqa: BLE001 (a probe: any failure means "do not steal")
-        return 0
-    count = counts.pop() if len(counts) == 1 else 0
-    return count if type(count) is int and count > 0 else 0
+    except Exception as exc:  # noqa: BLE001 (a probe: any failure means "do not steal")
+        return _no_stealing(f"the probe raised {type(exc).__name__}: {exc}")
+    count = next(iter(counts)) if len(counts) == 1 else 0
+    if type(count) is int and count > 0:
+        return count
+    return _no_stealing(f"the probe's reference counts were {sorted(map(repr, counts))}, not one positive count")
+
+
+def _no_stealing(why: str) -> int:
+    """0 (nothing is stolen), said once: never a silent probe."""
+    warnings.warn(
+        f"conveyor compiled_autograd: fresh gradients will be copied into .grad, not stolen "
+        f"(Note [Stealing a fresh gradient]): {why}",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return 0
 
 
 #: calls of the probe: enough for the interpreter to specialize the call site
