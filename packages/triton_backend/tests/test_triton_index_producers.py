@@ -23,6 +23,13 @@ def token_types(buf, pos, types, words, ids):
     return F.layer_norm(e, (e.shape[-1],))
 
 
+def hf_token_types(buf, pos, types, words, ids):
+    # as Hugging Face's BertEmbeddings: the gathered ids (1, seq) expanded to the batch
+    tt = torch.gather(buf.expand(1, -1), 1, pos[:1]).expand(ids.shape[0], -1)
+    e = F.embedding(tt, types) + F.embedding(ids, words)
+    return F.layer_norm(e, (e.shape[-1],))
+
+
 def subscripts(x, i, j):
     # x[k] with k = i.index_select(0, j) (negative values count from the end), and a pointwise user
     return x[i.index_select(0, j)] * 2, x[:, i[j]].sin()
@@ -43,8 +50,9 @@ def _kernels(compiled) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("options", LAUNCHES)
-def test_the_producer_is_recomputed_in_the_reading_kernel(triton_only, options):
-    result = check(token_types, *_token_args(), compile=triton_only(**options), atol=1e-5, rtol=1e-5)
+@pytest.mark.parametrize("fn", [token_types, hf_token_types], ids=["gather", "gather-expand"])
+def test_the_producer_is_recomputed_in_the_reading_kernel(triton_only, options, fn):
+    result = check(fn, *_token_args(), compile=triton_only(**options), atol=1e-5, rtol=1e-5)
     kernels = _kernels(result.compiled)
     assert len(kernels) == 1, kernels
     assert {"gather", "embedding"} <= {n.split(".")[0].split("_")[0] for n in kernels[0]}, kernels
@@ -67,8 +75,18 @@ def test_a_producer_with_other_users_stays_a_kernel(triton_only):
     assert len(_kernels(result.compiled)) == 2, _kernels(result.compiled)
 
 
+def test_an_expand_with_other_users_stays_a_view(triton_only):
+    def fn(buf, pos, types, words, ids):
+        tt = torch.gather(buf.expand(1, -1), 1, pos[:1]).expand(ids.shape[0], -1)
+        return F.embedding(tt, types) * 2, tt * 3
+
+    result = check(fn, *_token_args(), compile=triton_only())
+    assert len(_kernels(result.compiled)) == 3, _kernels(result.compiled)  # the gather, and one per output
+
+
+@pytest.mark.parametrize("fn", [token_types, hf_token_types], ids=["gather", "gather-expand"])
 @pytest.mark.parametrize("where", ["producer", "position"])
-def test_indexes_out_of_range_raise_eagers_error(triton_only, where):
+def test_indexes_out_of_range_raise_eagers_error(triton_only, where, fn):
     """On CPU the kernel step computes the recomputed index by the producer's
     aten call to check its range (Note [Indexes out of range])."""
     args = list(_token_args())
@@ -77,11 +95,11 @@ def test_indexes_out_of_range_raise_eagers_error(triton_only, where):
         args[0][0, args[1][0, 3]] = 2  # a token type the embedding table lacks
     else:
         args[1] = args[1].clone()
-        args[1][1, 2] = 16  # a position past the buffer
+        args[1][:, 2] = 16  # a position past the buffer
     with pytest.raises(IndexError if where == "producer" else RuntimeError) as eager:
-        token_types(*args)
+        fn(*args)
     with pytest.raises(type(eager.value)) as compiled:
-        triton_only()(token_types)(*args)
+        triton_only()(fn)(*args)
     assert str(compiled.value) == str(eager.value)
 
 
@@ -90,6 +108,7 @@ def test_index_producers_compile_for_sm90_and_sm80():
 
     runs = [
         (token_types, _token_args),
+        (hf_token_types, _token_args),
         (subscripts, lambda: (torch.randn(7, 7), torch.tensor([-1, 3, -7, 6, 0]), torch.tensor([4, 0, 2, 2, 1, 3]))),
     ]
     recorder = _record([_program(fn, make_args) for fn, make_args in runs])

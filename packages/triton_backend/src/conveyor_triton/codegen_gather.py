@@ -13,7 +13,7 @@ constants of a static kernel, arguments of a generic one).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.fx
@@ -85,7 +85,13 @@ def gather_at(
     i, ok = w.fresh("g"), w.fresh("ok")
     index_coords = [coords[j] for j in read.index_dims]
     if read.index in w.group.at_index:  # its producer, recomputed at the index's coordinates
-        loaded = gather_at(w, read.index, index_coords, mask, var, None, out, indent)
+        producer = read.index
+        if producer.target is torch.ops.aten.expand.default:  # a broadcast: the coordinates its source has
+            producer = cast(torch.fx.Node, producer.args[0])
+            shape = tuple(producer.meta["val"].shape)
+            pad = len(index_coords) - len(shape)
+            index_coords = ["0" if shape[j] == 1 else index_coords[j + pad] for j in range(len(shape))]
+        loaded = gather_at(w, producer, index_coords, mask, var, None, out, indent)
     elif scope is not None and tuple(index_val.shape) == tuple(node.meta["val"].shape):  # gather: at its own index
         loaded = w.load(read.index, w.group.evaluate_at.get(node, tuple(index_val.shape)), scope, out, indent)
     else:

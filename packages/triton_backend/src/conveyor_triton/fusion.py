@@ -96,6 +96,8 @@ class Fuser:
         :param rebuild: analyse the working copy again after every merge instead of
             updating its analysis in place (for ``benchmarks/fusion_scaling.py``)."""
         self.classes = classes
+        #: whether the graph writes memory (functionalize off)
+        self._writers = any(c.writes for c in classes.values())
         self.graph = StepGraph()
         self.step_of: dict[torch.fx.Node, int] = {}
         self.group_of: dict[torch.fx.Node, Group] = {}
@@ -356,23 +358,46 @@ class Fuser:
         when it is itself an index read used only there (Note [Index producers]
         in ``conveyor_triton.index_reads``)."""
         producer = index_read(node).index
-        if producer.target not in INDEX_READS or not self._loose(producer, node):
+        view = self._broadcast_view(producer, node)
+        if view is not None:
+            producer = view.args[0]  # type: ignore[assignment]
+        if producer.target not in INDEX_READS or not self._loose(producer, view or node):
             return
         if set(producer.all_input_nodes) & set(group.members):
             return  # recomputed at other coordinates: it reads memory only
         alone = self.group_of[producer]
-        if self.graph.reaches(self.graph.deps(alone.step), group.step) or self.graph.users(alone.step) - {group.step}:
+        between = {group.step} if view is None else {self.step_of[view]}
+        if self.graph.reaches(self.graph.deps(alone.step), group.step) or self.graph.users(alone.step) - between:
             return
+        if view is not None and not self.working.join(view, alone.step):
+            return  # the view first joins the producer in the working copy (Note [Index producers])
         if not self.fold(alone, group):
             return
+        if view is not None:
+            self.graph.contract(alone.step, self.step_of[view])
         self.graph.contract(group.step, alone.step)
         alone.members.clear()
         alone.reads.clear()
         group.members[producer] = group.members[node]
-        group.at_index[producer] = node
+        group.at_index[producer] = view or node
+        if view is not None:
+            group.members[view] = group.members[node]
+            group.at_index[view] = node
+            self.move(view, group)
         group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
         self.read(group, producer.all_input_nodes)
         self.move(producer, group)
+
+    def _broadcast_view(self, index: torch.fx.Node, node: torch.fx.Node) -> torch.fx.Node | None:
+        """``index`` when it is an ``expand`` view step of another node, read
+        only by index read ``node``, in a graph that writes no memory (Note
+        [Index producers]); else None."""
+        if index.target is not torch.ops.aten.expand.default or list(index.users) != [node] or self._writers:
+            return None
+        step = self.step_of.get(index)
+        if step is None or self.steps[step].kind != "view" or self.graph.deps(step) != {self.step_of[index.args[0]]}:  # type: ignore[index]
+            return None
+        return index
 
     def _view(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]

@@ -33,10 +33,19 @@ index as an absorbed producer is (Note [Absorbed producers] in
 (``codegen_gather.gather_at``): its own loads, at addresses from those
 coordinates, in place of the index's load. It reads memory only (none of
 its inputs is a member), so nothing else of the group is needed at other
-coordinates. Its bound is checked as any index read's; the read's own index
-is not in memory, so on CPU the kernel step computes it by the producer's
-aten call to check its range (Note [Indexes out of range]), and on CUDA the
-device assert holds it as for a loaded one.
+coordinates. Hugging Face's BERT expands the gathered ids to the batch
+first (``gather -> expand -> embedding``): an ``expand`` view read only by
+the index read moves into the group with the producer, which is then
+recomputed at the expand's source coordinates (a size-1 dimension at 0,
+leading ones dropped). The view joins the producer in the fuser's working
+copy first, then both fold into the reading group; it is done only in a
+graph that writes no memory, where the view's order against writers (Note
+[Write order] in ``conveyor_triton.fusion``) cannot matter. A producer or
+view with another user stays as it was. Its bound is checked as any index
+read's; the read's own index is not in memory, so on CPU the kernel step
+computes it by aten calls from the producer's inputs to check its range
+(Note [Indexes out of range]), and on CUDA the device assert holds it as
+for a loaded one.
 """
 
 from __future__ import annotations

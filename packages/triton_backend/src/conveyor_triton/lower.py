@@ -235,6 +235,8 @@ def lower(
         if step.kind in ("view", "aten"):
             node = step.node
             assert node is not None
+            if step.kind == "view" and node in fuser.group_of:
+                continue  # moved into a group (Note [Index producers] in conveyor_triton.index_reads)
             steps.append(AtenStep(node, gm))
             if step.kind == "view":
                 views += 1

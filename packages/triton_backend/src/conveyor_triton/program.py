@@ -144,10 +144,8 @@ class KernelStep:
         for b in self.bounds:
             index = env.get(b.index)
             if index is None:
-                if any(env[a].is_cuda for a in b.index.all_input_nodes):
-                    continue
-                index = run_node(b.index, env, None)
-            if not index.is_cuda and not b.holds(index):
+                index = _recompute(b.index, env)
+            if index is not None and not index.is_cuda and not b.holds(index):
                 return False
         return True
 
@@ -285,6 +283,19 @@ class KernelStep:
         the kernel reads at computed indexes (Note [Indexes out of range] in
         ``conveyor_triton.index_reads``)."""
         return {**meta, "debug": True} if self.bounds and tensor.is_cuda else meta
+
+
+def _recompute(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> torch.Tensor | None:
+    """The value of ``node``, which a kernel recomputes (Note [Index producers]
+    in ``conveyor_triton.index_reads``), by aten calls from the values in
+    ``env``; None where one of them is on CUDA (the kernel's assert checks it)."""
+    scratch: dict[torch.fx.Node, Any] = {}
+    for a in node.all_input_nodes:
+        value = env[a] if a in env else _recompute(a, env)
+        if value is None or value.is_cuda:
+            return None
+        scratch[a] = value
+    return run_node(node, scratch, None)  # type: ignore[no-any-return]
 
 
 def _poison(dtype: torch.dtype) -> Any:
