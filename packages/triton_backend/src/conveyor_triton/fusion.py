@@ -66,8 +66,9 @@ from conveyor_triton.classify import ORDER_KEEPING_VIEWS, NodeClass
 from conveyor_triton.domain import Kind, access_ok, broadcasts, row_broadcast_ok
 from conveyor_triton.domain import numel as _numel
 from conveyor_triton.domain import shape as _shape
+from conveyor_triton.fusion_index import absorb_index
 from conveyor_triton.fusion_rows import CANDIDATES, reduction, scan
-from conveyor_triton.index_reads import INDEX_READS, index_read
+from conveyor_triton.index_reads import INDEX_READS
 from conveyor_triton.merge import merge
 from conveyor_triton.ops import RULES, SHIFTED
 from conveyor_triton.record import Working
@@ -97,7 +98,7 @@ class Fuser:
             updating its analysis in place (for ``benchmarks/fusion_scaling.py``)."""
         self.classes = classes
         #: whether the graph writes memory (functionalize off)
-        self._writers = any(c.writes for c in classes.values())
+        self.writes_memory = any(c.writes for c in classes.values())
         self.graph = StepGraph()
         self.step_of: dict[torch.fx.Node, int] = {}
         self.group_of: dict[torch.fx.Node, Group] = {}
@@ -259,7 +260,7 @@ class Fuser:
     def _pointwise(self, node: torch.fx.Node, position: int) -> None:
         reads = [node.args[i] for i in RULES[node.target].reads if i < len(node.args)]
         operands = [a for a in reads if isinstance(a, torch.fx.Node)]
-        loose = [a for a in dict.fromkeys(operands) if self._loose(a, node)]
+        loose = [a for a in dict.fromkeys(operands) if self.loose(a, node)]
         candidates: list[Group] = []
         for a in operands:
             g = self.group_of.get(a)
@@ -272,7 +273,7 @@ class Fuser:
             merge(self, other, group)
         self._absorb(node, group, loose)
         if node.target in INDEX_READS:
-            self._absorb_index(node, group)
+            absorb_index(self, node, group)
 
     def _place(self, node: torch.fx.Node, operands: list[torch.fx.Node], candidates: list[Group]) -> Group | None:
         """Join ``node`` to the first group that can take it: one holding an
@@ -303,7 +304,7 @@ class Fuser:
                 return group
         return None
 
-    def _loose(self, operand: torch.fx.Node, user: torch.fx.Node) -> bool:
+    def loose(self, operand: torch.fx.Node, user: torch.fx.Node) -> bool:
         """Whether ``operand`` is a pointwise node alone in its group, used only
         by ``user``: it can move into ``user``'s group (Note [Absorbed producers])."""
         group = self.group_of.get(operand)
@@ -352,52 +353,6 @@ class Fuser:
             group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
             self.read(group, a.all_input_nodes)
             self.move(a, group)
-
-    def _absorb_index(self, node: torch.fx.Node, group: Group) -> None:
-        """Move the producer of index read ``node``'s index into ``group``
-        when it is itself an index read used only there (Note [Index producers]
-        in ``conveyor_triton.index_reads``)."""
-        producer = index_read(node).index
-        view = self._broadcast_view(producer, node)
-        if view is not None:
-            producer = view.args[0]  # type: ignore[assignment]
-        if producer.target not in INDEX_READS or not self._loose(producer, view or node):
-            return
-        if set(producer.all_input_nodes) & set(group.members):
-            return  # recomputed at other coordinates: it reads memory only
-        alone = self.group_of[producer]
-        between = {group.step} if view is None else {self.step_of[view]}
-        if self.graph.reaches(self.graph.deps(alone.step), group.step) or self.graph.users(alone.step) - between:
-            return
-        if view is not None and not self.working.join(view, alone.step):
-            return  # the view first joins the producer in the working copy (Note [Index producers])
-        if not self.fold(alone, group):
-            return
-        if view is not None:
-            self.graph.contract(alone.step, self.step_of[view])
-        self.graph.contract(group.step, alone.step)
-        alone.members.clear()
-        alone.reads.clear()
-        group.members[producer] = group.members[node]
-        group.at_index[producer] = view or node
-        if view is not None:
-            group.members[view] = group.members[node]
-            group.at_index[view] = node
-            self.move(view, group)
-        group.members = dict(sorted(group.members.items(), key=lambda m: self.position[m[0]]))
-        self.read(group, producer.all_input_nodes)
-        self.move(producer, group)
-
-    def _broadcast_view(self, index: torch.fx.Node, node: torch.fx.Node) -> torch.fx.Node | None:
-        """``index`` when it is an ``expand`` view step of another node, read
-        only by index read ``node``, in a graph that writes no memory (Note
-        [Index producers]); else None."""
-        if index.target is not torch.ops.aten.expand.default or list(index.users) != [node] or self._writers:
-            return None
-        step = self.step_of.get(index)
-        if step is None or self.steps[step].kind != "view" or self.graph.deps(step) != {self.step_of[index.args[0]]}:  # type: ignore[index]
-            return None
-        return index
 
     def _view(self, node: torch.fx.Node, position: int) -> None:
         source = node.args[0]
