@@ -48,7 +48,6 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
-from conveyor.analysis.signature import identity
 from conveyor.stage_api import CallSignature
 
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
@@ -150,7 +149,7 @@ class LastVariant:
         if self._groups is not None and _storage_id is not None:
             ids = list(map(_storage_id, self._all_tensors(values)))
             if len(set(ids)) == len(ids):
-                groups: tuple[int, ...] = identity(len(ids))
+                groups: tuple[int, ...] = tuple(range(len(ids)))  # storages shared by none
             else:
                 first: dict[int, int] = {}
                 groups = tuple([first.setdefault(s, i) for i, s in enumerate(ids)])
