@@ -118,7 +118,6 @@ def lower_split(request: Request, parts: Split) -> Lowering:
         fake_mode=request.fake_mode,
         grad_enabled=False,
         label="backward",
-        backend_fuses_pointwise=request.backend_fuses_pointwise,
     )
     function = program_function(parts.layout, parts.backward)  # Note [Inlined backward] in runtime.py
     return Lowering((fwd, bwd), lambda f, b: wrap(parts.layout, f, b, function))
