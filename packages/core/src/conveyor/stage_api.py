@@ -15,7 +15,8 @@ sources for it. The names, by what they are for:
 * facts about one program: the program record (``Program``, its typed index
   spaces and per-input/output facts), the memory layout of tensors
   (``overlap``), a call's signature (which inputs share storage, are
-  the same tensor, overlap: what a stage's ``cache_key`` receives), the grad-mode tag capture puts
+  the same tensor, overlap: what a stage's ``cache_key`` receives) and the
+  one way a storage is identified (``storage_id``), the grad-mode tag capture puts
   on each node, running a graph functionally;
 * run-time helpers: the warned eager fallback of a stage, pickling a
   compiled callable for the disk cache, the user's cache folder and the
@@ -39,7 +40,7 @@ from conveyor.analysis.schema import (
     writes,
     written_positions,
 )
-from conveyor.analysis.signature import CallSignature
+from conveyor.analysis.signature import CallSignature, storage_id
 from conveyor.errors import DataDependentError, StageError, SymbolicSizesUnsupported
 from conveyor.frontend.capture import retrace
 from conveyor.protocol.artifacts import reducible
@@ -100,6 +101,7 @@ __all__ = [
     "run_functional",
     "span",
     "stamp",
+    "storage_id",
     "swaps_storage",
     "timed_step",
     "user_cache_dir",

@@ -14,12 +14,22 @@ keeps it in a module global between the parts that ask. The finer facts
 inputs in one storage share a byte) are computed the first time a part asks
 and kept on the object, which the call drops when it returns (no input is
 kept alive).
+
+Note [Storage identity]: a storage is told apart from another by
+``untyped_storage()._cdata``, the address of its C++ object. Reading it
+builds a Python storage object per tensor; ``torch._C._storage_id`` reads
+the same number in C. :data:`storage_id` is that function where a probe at
+import shows it equal to ``untyped_storage()._cdata`` (on a tensor, a view of
+it and another tensor), else the Python read, with a warning that names the
+cause. It is the one place that knows how a storage is identified: the
+signature's scan and the compiled_autograd stage's recheck both read it.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -61,7 +71,7 @@ class CallSignature:
         if _PLAIN.issuperset(map(type, inputs)):
             # plain tensors only (the common case): storages read without a Python loop
             try:
-                storages = list(map(_cdata, map(_untyped_storage, inputs)))
+                storages = list(map(storage_id, inputs))
             except NotImplementedError:  # a sparse or mkldnn layout has no storage: the general path
                 pass
             else:
@@ -71,7 +81,7 @@ class CallSignature:
                 return CallSignature(inputs, tuple([first.setdefault(s, i) for i, s in enumerate(storages)]), False, True)
         first = {}
         groups = [
-            (first.setdefault(t.untyped_storage()._cdata, i) if t.layout is _STRIDED else _NO_STORAGE)
+            (first.setdefault(storage_id(t), i) if t.layout is _STRIDED else _NO_STORAGE)
             if isinstance(t, torch.Tensor)
             else -1
             for i, t in enumerate(inputs)
@@ -166,9 +176,33 @@ def identity(n: int) -> tuple[int, ...]:
     return groups
 
 
+def _python_storage_id(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+def _probe_storage_id() -> Callable[[torch.Tensor], int]:
+    """``torch._C._storage_id`` where it is ``untyped_storage()._cdata``
+    (Note [Storage identity]); else the Python read, with a warning."""
+    read = getattr(torch._C, "_storage_id", None)
+    if not callable(read):
+        cause = "torch._C._storage_id is missing"
+    else:
+        a, b = torch.empty(4), torch.empty(4)
+        try:
+            same = all(read(t) == _python_storage_id(t) for t in (a, a[1:], b)) and read(a) != read(b)
+            cause = "torch._C._storage_id differs from untyped_storage()._cdata"
+        except (TypeError, RuntimeError) as e:
+            same, cause = False, f"torch._C._storage_id failed: {e!r}"
+        if same:
+            return read  # type: ignore[no-any-return]
+    warnings.warn(f"conveyor: storages are identified in Python ({cause}); calls check their inputs more slowly", stacklevel=1)
+    return _python_storage_id
+
+
+#: a tensor's storage's identity, ``untyped_storage()._cdata`` (Note [Storage identity])
+storage_id: Callable[[torch.Tensor], int] = _probe_storage_id()
+
 _NO_STORAGE = -2  # a tensor with no strided storage (sparse): -1 in the groups
-_untyped_storage = torch.Tensor.untyped_storage
-_cdata = operator.attrgetter("_cdata")
 _offset: Any = torch.Tensor.storage_offset
 _is_leaf = operator.attrgetter("is_leaf")
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter, torch.nn.Buffer})
