@@ -47,6 +47,7 @@ from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP, DimDynamic, Shap
 from torch.utils._python_dispatch import _disable_current_modes
 
 from conveyor_compiled_autograd.accumulate import fresh_outputs
+from conveyor_compiled_autograd.below import GUARD, separate, unobserved
 from conveyor_compiled_autograd.plan import Segment, run_node
 from conveyor_compiled_autograd.recheck import LastVariant
 from conveyor_compiled_autograd.simplify import simplify
@@ -93,6 +94,8 @@ class Variant:
     stage_keys: tuple[Hashable, ...] = ()
     #: a variant compiled with static shapes (Note [Symbolic sizes]): the sizes, strides and ints it is valid for
     static: tuple[Any, ...] | None = None
+    #: its graph writes no input (compiled by the functional pipeline; Note [Below autograd])
+    functional: bool = False
 
     def holds(self, dynamic: Sequence[Any]) -> bool:
         """Whether this variant is valid for these dynamic inputs."""
@@ -166,8 +169,17 @@ class SegmentProgram:
         if self._hit:  # Note [The last variant first]
             assert last is not None
             variant = last.variant
+            below = last.below
+            if below and unobserved():  # Note [Below autograd]
+                with GUARD():
+                    outs = variant.compiled(list(last.dynamic(values)))
+                return [None if k is None else outs[k] for k in variant.outputs]
             outs = variant.compiled(list(last.dynamic(values)))
-            return [None if k is None else outs[k] for k in variant.outputs]
+            result = [None if k is None else outs[k] for k in variant.outputs]
+            if below is None:  # decided once per check, from a call run the ordinary way
+                last.fresh, separate_outputs = separate(values, result)
+                last.below = variant.functional and separate_outputs
+            return result
         if self.eager_reason is None:
             try:
                 positions, key = _split(values)
@@ -286,7 +298,8 @@ class SegmentProgram:
             with torch.no_grad():
                 gm = retrace(program, fakes, fake_mode)
             request = Request(gm, tuple(fakes), fake_mode, grad_enabled=False, label=self.label)
-            if any(writes(n) for n in gm.graph.nodes):
+            functional = not any(writes(n) for n in gm.graph.nodes)
+            if not functional:
                 pipeline = self.pipeline
             else:
                 pipeline = self.functional_pipeline
@@ -302,4 +315,4 @@ class SegmentProgram:
         dynamic = [values[i] for i in positions]
         keyed = tuple(s for s in pipeline.stages if s.cache_key is not None)
         static = None if symbolic else _signature(dynamic)
-        return Variant(compiled, guards, shape["outputs"], graphs, keyed, _stage_keys(keyed, dynamic), static)
+        return Variant(compiled, guards, shape["outputs"], graphs, keyed, _stage_keys(keyed, dynamic), static, functional)

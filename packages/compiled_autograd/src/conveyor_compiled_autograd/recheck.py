@@ -104,12 +104,14 @@ class LastVariant:
     """The check of Note [The last variant first] for one call's values and
     the static variant chosen for them."""
 
-    __slots__ = ("_all_tensors", "_check", "_keyed", "_keys", "_offsets", "_others", "_repeats", "_tensors", "_types", "_groups", "_values", "dynamic", "fresh", "variant")
+    __slots__ = ("_all_tensors", "_check", "_keyed", "_keys", "_offsets", "_others", "_repeats", "_tensors", "_types", "_groups", "_values", "below", "dynamic", "fresh", "variant")
 
     def __init__(self, values: Sequence[Any], positions: Sequence[int], variant: Any, keyed: Sequence[Any]) -> None:
         self.variant = variant
         #: which outputs are fresh, once asked (see the Note)
         self.fresh: list[bool] | None = None
+        #: whether the variant runs below autograd (Note [Below autograd]); None until its first call
+        self.below: bool | None = None
         self._types = tuple(map(type, values))
         tensor_at = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
         if not _PLAIN.issuperset(self._types[i] for i in tensor_at):
