@@ -181,6 +181,26 @@ def test_an_edited_editable_source_changes_the_environment(tmp_path: Path) -> No
     assert installed == disk_key.environment(("conveyor-core",))
 
 
+def test_a_checkout_imported_before_the_editable_source_is_fingerprinted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Note [Fingerprinting what is imported]: a worktree first on sys.path runs its own code
+    name = "conveyor_fingerprint_probe"
+    source, worktree = tmp_path / "src", tmp_path / "worktree"
+    for root in (source, worktree):
+        (root / name).mkdir(parents=True)
+        (root / name / "__init__.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(source))
+    installed = disk_key._imported_fingerprint(source)
+    assert installed == (disk_key._fingerprint(source),)
+    monkeypatch.syspath_prepend(str(worktree))
+    shadowed = disk_key._imported_fingerprint(source)
+    assert shadowed != installed
+    (worktree / name / "__init__.py").write_text("x = 22\n")
+    assert disk_key._imported_fingerprint(source) != shadowed
+    assert name not in sys.modules  # looked up, not imported
+
+
 def test_a_miss_compiles_and_stores_a_second_entry(tmp_path: Path, runs: Runs) -> None:
     compiled(fn, tmp_path)(*args(4, 5))
     compiled(fn, tmp_path)(*args(4, 6))

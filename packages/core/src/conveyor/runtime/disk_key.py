@@ -23,7 +23,10 @@ Note [The disk cache key]: a sha256 over
   distribution installed editable (``pip install -e``) is also fingerprinted
   by the size and modification time of each of its ``.py`` files, since its
   code can change without a new version, and its own requirements are
-  followed in turn.
+  followed in turn. Its files are those of the modules Python imports under
+  its top-level names, wherever they are found: a checkout put before the
+  install on ``PYTHONPATH`` runs its own code, so its files are the ones
+  fingerprinted (Note [Fingerprinting what is imported]).
 
 :func:`program_key` returns ``None`` (with the reason) for a request it
 cannot key soundly: symbolic sizes (guards the pipeline adds must reach the
@@ -38,6 +41,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -248,7 +252,7 @@ def environment(distributions: tuple[str, ...]) -> str:
             seen[name] = "absent"
             continue
         source = _editable_source(dist)
-        seen[name] = (dist.version, _fingerprint(source) if source is not None else None)
+        seen[name] = (dist.version, _imported_fingerprint(source) if source is not None else None)
         for requirement in dist.requires or ():
             match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
             if match is None or "extra ==" in requirement or _normalized(match.group(0)) in seen:
@@ -292,8 +296,61 @@ def _editable_source(dist: importlib.metadata.Distribution) -> Path | None:
 _SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "build", "dist", "tests"})
 
 
+def _imported_fingerprint(source: Path) -> tuple[str, ...]:
+    """The fingerprint of an editable distribution's ``source`` folder, and of
+    each place outside it that one of its top-level modules is imported from.
+
+    Note [Fingerprinting what is imported]: an editable install says where its
+    sources are, but Python imports a top-level name from the first entry of
+    ``sys.path`` that has it; a git worktree put first on ``PYTHONPATH`` runs
+    the worktree's code while the install still points at the main checkout.
+    Fingerprinting only the install's folder would then serve programs that
+    the worktree's (different) stages never made. So each top-level module of
+    the source folder is looked up as the import system finds it (the module
+    already imported, else ``importlib.util.find_spec``, which imports nothing
+    for a top-level name), and any location outside the folder is
+    fingerprinted too, by its path and its files."""
+    parts = [_fingerprint(source)]
+    for name in _top_level_names(source):
+        for location in _import_locations(name):
+            if location != source and source not in location.parents:
+                parts.append(_fingerprint(location))
+    return tuple(parts)
+
+
+def _top_level_names(source: Path) -> list[str]:
+    names = []
+    for entry in sorted(source.iterdir()):
+        if entry.is_dir() and entry.name.isidentifier() and entry.name not in _SKIPPED_DIRS:
+            names.append(entry.name)
+        elif entry.suffix == ".py" and entry.stem.isidentifier():
+            names.append(entry.stem)
+    return names
+
+
+def _import_locations(name: str) -> list[Path]:
+    """Where the import system takes top-level module ``name`` from: a
+    package's folders, or a module's file (nothing when it is not found)."""
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None) if module is not None else None
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [Path(p) for p in spec.submodule_search_locations]
+    return [Path(spec.origin)] if spec.origin and os.path.isfile(spec.origin) else []
+
+
 def _fingerprint(root: Path) -> str:
-    """Size and modification time of every ``.py`` file under ``root``."""
+    """Size and modification time of every ``.py`` file under ``root`` (or of
+    ``root`` itself, a file)."""
+    if root.is_file():
+        st = root.stat()
+        return hashlib.sha256(repr((str(root), st.st_size, st.st_mtime_ns)).encode()).hexdigest()
     entries = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS)
