@@ -40,6 +40,8 @@ from conveyor_autograd import backward_graph_of, function_grads
 from torch._dynamo import compiled_autograd as ca
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
+from conveyor_compiled_autograd.recheck import getter
+
 _PROBE_PARAMS = ("inputs", "output_metadatas", "saved_tensors", "backward_idx", "ctx")
 _warned: list[str] = []
 
@@ -107,7 +109,7 @@ class ConveyorCapture(ca.AutogradCompilerInstance):
         used = self._used_sizes
         if used is None or getattr(self, "nan_checker", None) or _cudagraph_snapshots():
             return wrapper, compiled
-        return functools.partial(_runtime_wrapper, used), compiled
+        return functools.partial(_runtime_wrapper, getter(used)), compiled
 
     def proxy_call_backward(
         self,
@@ -156,11 +158,11 @@ class ConveyorCapture(ca.AutogradCompilerInstance):
 #: torch's does: the compiled-region flag, and the engine's capture disabled
 #: while the captured backward runs. The NaN checker and the CUDA-graph
 #: snapshot mode keep torch's wrapper.
-def _runtime_wrapper(used: Sequence[int], compiled_fn: Callable[..., Any], inputs: Any, sizes: Any, scalars: Any, hooks: Any, packed: Any) -> Any:
+def _runtime_wrapper(used: Callable[[Sequence[Any]], Sequence[Any]], compiled_fn: Callable[..., Any], inputs: Any, sizes: Any, scalars: Any, hooks: Any, packed: Any) -> Any:
     ca.in_compiled_autograd_region = True
     try:
         with ca._disable():
-            return compiled_fn(inputs, [sizes[i] for i in used], scalars, hooks, packed)
+            return compiled_fn(inputs, used(sizes), scalars, hooks, packed)
     finally:
         ca.in_compiled_autograd_region = False
 

@@ -72,7 +72,7 @@ def _storage_identity() -> Callable[[torch.Tensor], int] | None:
 _storage_id = _storage_identity()
 
 
-def _getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+def getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     """``values -> tuple(values[i] for i in positions)``, in C."""
     if len(positions) == 1:
         only = positions[0]
@@ -104,7 +104,7 @@ class LastVariant:
     """The check of Note [The last variant first] for one call's values and
     the static variant chosen for them."""
 
-    __slots__ = ("_all_tensors", "_check", "_keyed", "_keys", "_offsets", "_others", "_repeats", "_tensors", "_types", "_groups", "_values", "below", "dynamic", "fresh", "variant")
+    __slots__ = ("_all_tensors", "_apart", "_check", "_keyed", "_keys", "_offsets", "_others", "_repeats", "_tensors", "_types", "_groups", "_values", "below", "dynamic", "fresh", "variant")
 
     def __init__(self, values: Sequence[Any], positions: Sequence[int], variant: Any, keyed: Sequence[Any]) -> None:
         self.variant = variant
@@ -122,11 +122,11 @@ class LastVariant:
             first.setdefault(id(values[i]), i)
         once = sorted(first.values())
         self._repeats = tuple((i, first[id(values[i])]) for i in tensor_at if first[id(values[i])] != i)
-        self._all_tensors = _getter(tensor_at)
-        self._tensors = _getter(once)
-        self._others = _getter([i for i in range(len(values)) if i not in taken])
+        self._all_tensors = getter(tensor_at)
+        self._tensors = getter(once)
+        self._others = getter([i for i in range(len(values)) if i not in taken])
         self._values = self._others(values)
-        self.dynamic = _getter(list(positions))  # the compiled variant's inputs
+        self.dynamic = getter(list(positions))  # the compiled variant's inputs
         tensors = self._tensors(values)
         self._check = tensor_check(tensors)
         self._offsets = tuple(map(_offset, tensors))
@@ -134,6 +134,7 @@ class LastVariant:
         signature = CallSignature.of(self._all_tensors(values)) if self._keyed else None
         #: the recorded call's storage groups (``CallSignature.groups``), where its tensors are plain
         self._groups = signature.groups if signature is not None and signature.plain else None
+        self._apart = self._groups is not None and self._groups == tuple(range(len(self._groups)))
         self._keys = self._stage_keys(values, signature)
 
     def _stage_keys(self, values: Sequence[Any], signature: CallSignature | None = None) -> tuple[Hashable, ...]:
@@ -149,14 +150,14 @@ class LastVariant:
         if not self._keyed:
             return True
         if self._groups is not None and _storage_id is not None:
-            ids = list(map(_storage_id, self._all_tensors(values)))
-            if len(set(ids)) == len(ids):
-                groups: tuple[int, ...] = tuple(range(len(ids)))  # storages shared by none
+            tensors = self._all_tensors(values)
+            if self._apart:  # the recorded storages were shared by none: so must these be
+                if len(set(map(_storage_id, tensors))) == len(tensors):
+                    return True
             else:
                 first: dict[int, int] = {}
-                groups = tuple([first.setdefault(s, i) for i, s in enumerate(ids)])
-            if groups == self._groups:
-                return True
+                if tuple([first.setdefault(s, i) for i, s in enumerate(map(_storage_id, tensors))]) == self._groups:
+                    return True
         return self._stage_keys(values) == self._keys
 
     def holds(self, values: Sequence[Any]) -> bool:
