@@ -27,6 +27,7 @@ from conveyor import Request, StageError, call_graph, retrace
 from conveyor.stage_api import must_keep, writes
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
+from conveyor_autograd.detach import detached
 from conveyor_autograd.functional_joint import PHASE, functional_joint
 from conveyor_autograd.layout import InputIdx, OutputIdx
 from conveyor_autograd.rewrites import differentiable
@@ -87,9 +88,11 @@ def fresh_leaves(inputs: Sequence[Any], fake_mode: Any) -> list[Any]:
     describe the caller's tensors, history included). Differentiating with
     respect to them would follow that history into other inputs. The joint trace uses detached leaves with the same storage,
     metadata and ``requires_grad`` instead."""
+    leaves = detached(inputs, fake_mode)  # Note [Detach below the fake mode]
     with fake_mode, torch.no_grad():
         return [
-            t.detach().requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t for t in inputs
+            d.requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else d
+            for d, t in zip(leaves, inputs, strict=True)
         ]
 
 

@@ -10,6 +10,7 @@ from conveyor import DataDependentError, Lowering, Request, StageError, stage_ap
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
+from conveyor_autograd.detach import detached
 from conveyor_autograd.grad_mode_ops import with_grad_mode_on
 from conveyor_autograd.joint import STAGE, trace_joint, writing_node
 from conveyor_autograd.min_cut import min_cut
@@ -49,8 +50,7 @@ def _needs_grad(request: Request) -> bool:
 
 
 def _detached(inputs: tuple[Any, ...], fake_mode: Any) -> tuple[Any, ...]:
-    with fake_mode:
-        return tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in inputs)
+    return tuple(detached(inputs, fake_mode))  # Note [Detach below the fake mode]
 
 
 class Autograd:
