@@ -23,9 +23,9 @@ for a *static* variant:
   values fixed (the types) determines the whole call's, so equal keys here
   mean equal keys there. The signature is read from the storages, which
   are new ones every step (activations); where this call's tensors fall in
-  the recorded call's storage groups (each storage's identity read in C,
-  ``torch._C._storage_id``, as ``untyped_storage()._cdata`` without the
-  storage object), the signature is the recorded one (the same groups, the
+  the recorded call's storage groups (each storage's identity read as the
+  call signature reads it: Note [Storage identity] in
+  ``conveyor.analysis.signature``), the signature is the recorded one (the same groups, the
   same tensors passed twice, and the layouts and offsets, which decide
   overlaps, checked above), so every key read from it is too: the keys are
   computed again only when the groups differ.
@@ -48,28 +48,10 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import torch
-from conveyor.stage_api import CallSignature
+from conveyor.stage_api import CallSignature, storage_id
 
 _PLAIN = frozenset({torch.Tensor, torch.nn.Parameter})
 _offset = torch.Tensor.storage_offset
-
-
-def _storage_identity() -> Callable[[torch.Tensor], int] | None:
-    """A tensor's storage's identity read in C: ``torch._C._storage_id``
-    where the installed torch has it and it is ``untyped_storage()._cdata``
-    (probed on a tensor, a view of it and another tensor)."""
-    read = getattr(torch._C, "_storage_id", None)
-    if not callable(read):
-        return None
-    a, b = torch.empty(4), torch.empty(4)
-    try:
-        same = all(read(t) == t.untyped_storage()._cdata for t in (a, a[1:], b)) and read(a) != read(b)
-    except (TypeError, RuntimeError):
-        return None
-    return read if same else None
-
-
-_storage_id = _storage_identity()
 
 
 def getter(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
@@ -149,14 +131,14 @@ class LastVariant:
         the recorded storage groups, the signature is the recorded one)."""
         if not self._keyed:
             return True
-        if self._groups is not None and _storage_id is not None:
+        if self._groups is not None:
             tensors = self._all_tensors(values)
             if self._apart:  # the recorded storages were shared by none: so must these be
-                if len(set(map(_storage_id, tensors))) == len(tensors):
+                if len(set(map(storage_id, tensors))) == len(tensors):
                     return True
             else:
                 first: dict[int, int] = {}
-                if tuple([first.setdefault(s, i) for i, s in enumerate(map(_storage_id, tensors))]) == self._groups:
+                if tuple([first.setdefault(s, i) for i, s in enumerate(map(storage_id, tensors))]) == self._groups:
                     return True
         return self._stage_keys(values) == self._keys
 
