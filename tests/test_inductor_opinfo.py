@@ -45,7 +45,9 @@ KNOWN_WRONG: dict[str, str] = {
     n: _VIEWS_ONLY
     for n in (
         "H T mH mT atleast_1d atleast_2d atleast_3d broadcast_tensors chunk conj_physical dsplit flatten "
-        "linalg.eig masked.prod meshgrid.list_of_tensors as_strided broadcast_to cartesian_prod diagonal linalg.diagonal expand float"
+        "linalg.eig masked.prod meshgrid.list_of_tensors as_strided broadcast_to cartesian_prod diagonal "
+        "linalg.diagonal expand float meshgrid.variadic_tensors reshape_as "
+        "resolve_conj split_with_sizes t transpose unsqueeze view_as_complex vsplit"
     ).split()
 }
 KNOWN_WRONG["as_strided_scatter"] = (
