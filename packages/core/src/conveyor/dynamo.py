@@ -31,6 +31,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from conveyor.analysis.signature import CallSignature
 from conveyor.errors import DataDependentError, EagerFallback
 from conveyor.frontend import functions, subclasses
+from conveyor.frontend.autograd_state import watching_user_code
 from conveyor.frontend.capture import trace_user
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.fallback import watching_capture
@@ -146,8 +147,14 @@ class DynamoCompiled:
         gm = _with_constant_items(self._traced, items)
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
-            out = gm(*args)
-            return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            # Note [Autograd state changed by the program]: dynamo puts ``detach_``,
+            # ``requires_grad_`` and ``.data =`` in its graph as method calls, which a
+            # trace below autograd would record as nothing: refused as in capture
+            with watching_user_code() as autograd_state:
+                out = gm(*args)
+            flat = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            autograd_state.refuse_outputs_needing_sources(flat)
+            return flat
 
         started = timings.stopwatch()  # Note [Compile timings]
         try:
