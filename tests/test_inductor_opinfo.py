@@ -15,7 +15,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import conveyor
 import pytest
 import torch
 from conveyor.testing import check
@@ -35,21 +34,7 @@ OPS = (
 MODULE_SUBSET = "nn.Linear nn.BatchNorm2d nn.LayerNorm nn.GRU nn.MultiheadAttention nn.Conv2d".split()
 
 #: op -> cause: samples the inductor backend gets wrong or refuses (strict xfail; inductor_backend's owner fixes)
-_VIEWS_ONLY = (
-    "conveyor_inductor.backend refuses any graph whose inputs require grad under grad mode, but the autograd "
-    "stage hands a graph of views only on as it is (no forward/backward split): StageError 'inputs require "
-    "grad ... enable the autograd stage' with the autograd stage on. The triton backend runs such a graph (aten "
-    "views record autograd history; its check is needs_history and program.launches_kernels)"
-)
-KNOWN_WRONG: dict[str, str] = {
-    n: _VIEWS_ONLY
-    for n in (
-        "H T mH mT atleast_1d atleast_2d atleast_3d broadcast_tensors chunk conj_physical dsplit flatten "
-        "linalg.eig masked.prod meshgrid.list_of_tensors as_strided broadcast_to cartesian_prod diagonal "
-        "linalg.diagonal expand float meshgrid.variadic_tensors reshape_as "
-        "resolve_conj split_with_sizes t transpose unsqueeze view_as_complex vsplit"
-    ).split()
-}
+KNOWN_WRONG: dict[str, str] = {}
 KNOWN_WRONG["as_strided_scatter"] = (
     "documented deviation (opinfo_pipeline_sweep.DEVIATIONS): eager's as_strided_scatter gradient is wrong "
     "(fails gradcheck); conveyor's differs from it on every backend; this sweep compares with eager only"
@@ -81,10 +66,12 @@ def test_inductor_module_db_representative(entry: str) -> None:
     _check("modules", "nn.Linear", entry, limit=1)
 
 
-@pytest.mark.xfail(strict=True, reason=_VIEWS_ONLY)
-def test_inductor_views_only_program_with_grad() -> None:
-    check(lambda x: x.t(), torch.randn(3, 4, requires_grad=True),
-          compile=lambda f: conveyor.compile(f, backend="inductor"))
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_inductor_views_only_program_with_grad(entry: str) -> None:
+    # found by this sweep (33 view-only ops): the autograd stage hands a graph of views
+    # on as it is, which the backend refused (Note [Graphs of views] in conveyor_inductor.backend)
+    for fn in (lambda x: x.t(), lambda x: x.chunk(2), lambda x: torch.broadcast_tensors(x, x[:1])):
+        check(fn, torch.randn(4, 4, requires_grad=True), compile=ENTRIES[entry])
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ sample's ``_random_samples`` are float64 for a float32 input, which eager's
 kernel takes and the meta kernel refuses: Note [Errors of torch's Python
 kernels]).
 
-Programs found wrong by the sweeps that are not ``module_db`` samples are at
-the end, each a strict xfail naming the file at fault.
+Programs the sweeps found wrong that are not ``module_db`` samples are at the
+end, as regression tests (reduced from test_aotdispatch.py's programs).
 """
 
 from __future__ import annotations
@@ -73,17 +73,9 @@ def test_module_db_all(name: str, entry: str, training: bool) -> None:
     _check_module(name, entry, training, limit=3)
 
 
-# -- wrong results the sweeps found, in files this sweep's owner does not edit --------------
+# -- wrong results the sweeps found (fixed) ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="conveyor.dynamo traces dynamo's graph with trace_user, outside frontend.autograd_state's "
-    "watching_user_code (capture.py's flat_fn is the only caller): Tensor.detach_() / requires_grad_() / "
-    ".data = in a dynamo graph are traced as no-ops instead of running eagerly (Note [Autograd state changed "
-    "by the program]), so an output eager detached comes back requiring grad. Fix: wrap gm(*args) in "
-    "conveyor.dynamo's flat_fn in watching_user_code() and refuse_outputs_needing_sources, as capture does",
-)
 def test_dynamo_detach_inplace_of_intermediate() -> None:
     # test_aotdispatch.py's test_output_aliases_intermediate_inplace_view_with_detach, reduced
     def f(a):
@@ -95,16 +87,6 @@ def test_dynamo_detach_inplace_of_intermediate() -> None:
     check(f, torch.ones(2, requires_grad=True), compile=lambda fn: torch.compile(fn, backend="conveyor"))
 
 
-_DETACHED_ONLY = (
-    "conveyor_autograd's trace_joint returns None when no output requires grad (a.add(1).detach()), and the "
-    "stage then hands the request on unchanged (Lowering.passthrough) with grad_enabled and inputs requiring "
-    "grad, so a kernel backend (triton, inductor) refuses it: 'inputs require grad, and ... kernels record no "
-    "autograd history; enable the autograd stage' with the stage on. Fix (autograd stage): when the joint "
-    "trace finds no differentiable output, pass the request on with grad_enabled=False (nothing needs history)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_DETACHED_ONLY)
 @pytest.mark.parametrize("backend", ["triton", "inductor"])
 def test_kernel_backend_detached_output_of_grad_input(backend: str) -> None:
     # test_aotdispatch.py's test_some_outputs_dont_require_grad_non_view, reduced

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from conveyor import DataDependentError, Lowering, Request, StageError, stage_api, stamp
+from conveyor import CompiledFn, DataDependentError, Lowering, Request, StageError, stage_api, stamp
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
@@ -47,6 +47,21 @@ def partitioner_for(request: Request, name: str) -> Partitioner:
 
 def _needs_grad(request: Request) -> bool:
     return request.grad_enabled and any(isinstance(t, torch.Tensor) and t.requires_grad for t in request.inputs)
+
+
+def _without_history(compiled: CompiledFn) -> CompiledFn:
+    """Note [Nothing to differentiate]: when the joint trace finds no output
+    that requires grad (``a.add(1).detach()``), no output has autograd
+    history in eager either. The inner stages get an inference request
+    (grad off, inputs detached), so a kernel backend compiles it, and it runs
+    under ``no_grad``: the graph's ops record nothing, as a rewrite the
+    backend may make for grad off (dropping a ``detach``) assumes."""
+
+    def run(args: list[Any]) -> Sequence[Any]:
+        with torch.no_grad():
+            return compiled(args)
+
+    return stage_api.reducible(run, _without_history, compiled)
 
 
 def _detached(inputs: tuple[Any, ...], fake_mode: Any) -> tuple[Any, ...]:
@@ -94,8 +109,9 @@ class Autograd:
                 return stage_api.eager_lowering(
                     request, STAGE, f"its backward needs a size that depends on tensor values ({cause})"
                 )
-            if joint is None:
-                return Lowering.passthrough(request)
+            if joint is None:  # Note [Nothing to differentiate]
+                inner = request.replace(inputs=_detached(request.inputs, request.fake_mode), grad_enabled=False)
+                return Lowering((inner,), _without_history)
             stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.protocol.stamps)
             parts = split(joint, partitioner(joint))
             return lower_split(request, parts)

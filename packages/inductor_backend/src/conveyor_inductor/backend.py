@@ -25,12 +25,13 @@ checks every gradient cut, and Inductor lowers ``detach`` itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from conveyor import CompiledFn, Request, StageError, stamp
-from conveyor.stage_api import writes
+from conveyor.stage_api import call_graph, is_view, reducible, writes
 
 from conveyor_inductor import fx_cache, lowering, program
 from conveyor_inductor.probe import STAGE, require_cxx
@@ -60,6 +61,9 @@ class InductorBackend:
                 "enable the functionalize stage (it replays the writes after the compiled graph)",
             )
         if request.grad_enabled and any(t.requires_grad for t in tensors):
+            if _views_only(request.graph):  # Note [Graphs of views]
+                stamp(request.graph)
+                return _running_views(request.graph)
             raise StageError(
                 STAGE,
                 "inputs require grad, and Inductor's kernels record no autograd history; "
@@ -77,3 +81,20 @@ class InductorBackend:
         made = program.program(request, decomposed, gm, compiled, describe_inputs(request.inputs), config)
         stamp(gm, artifact=made.info)
         return made.run
+
+
+# Note [Graphs of views]: the autograd stage hands a graph whose only ops are
+# views on as it is, with grad enabled (nothing to differentiate apart: a
+# view's autograd history is the view itself). Inductor's kernels would copy
+# where eager aliases and record no history, so such a graph runs as it is,
+# each view an aten call that records its history (as the triton backend
+# runs one).
+def _views_only(gm: torch.fx.GraphModule) -> bool:
+    return all(n.target is operator.getitem or is_view(n) for n in gm.graph.nodes if n.op == "call_function")
+
+
+def _running_views(gm: torch.fx.GraphModule) -> CompiledFn:
+    def run(args: list[Any]) -> Sequence[Any]:
+        return call_graph(gm, args)
+
+    return reducible(run, _running_views, gm)
