@@ -48,3 +48,12 @@ def test_the_same_tensors_as_detach_under_the_fake_mode() -> None:
         with mode, torch.no_grad():
             have.add_(1)
         assert t._version == before + 1  # the version counter is shared, as detach() shares it
+
+
+def test_a_sparse_input_takes_detach_under_the_mode() -> None:
+    # a sparse CSR fake has no strides: the fast path's layout check must not read them
+    # (OpInfo's sparse.sampled_addmm raised "Sparse CSR tensors do not have strides")
+    mode = FakeTensorMode()
+    csr = mode.from_tensor(torch.eye(3).to_sparse_csr().requires_grad_())
+    (got,) = detached([csr], mode)
+    assert got.layout is torch.sparse_csr and not got.requires_grad and got.shape == csr.shape

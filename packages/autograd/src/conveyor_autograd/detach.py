@@ -12,7 +12,7 @@ wrapped as a fake of the same device) is called directly: the same tensor
 (same storage, sizes, strides, offset, dtype, device; no grad, a leaf; the
 version counter shared with ``t``, as ``detach()`` shares it) for a fifth of
 the time. Anything else (another mode's fake, a real tensor, a symbolic
-layout, a fake carrying a constant or a real tensor) takes ``t.detach()``
+layout, a sparse layout, a fake carrying a constant or a real tensor) takes ``t.detach()``
 under the fake mode, as before.
 """
 
@@ -58,6 +58,7 @@ def _fast(t: torch.Tensor, fake_mode: Any) -> bool:
         and not getattr(fake_mode, "propagate_real_tensors", True)
         and getattr(t, "real_tensor", None) is None
         and getattr(t, "constant", None) is None
+        and t.layout is torch.strided  # a sparse layout has no strides to read
         and not _symbolic_layout(t)
     )
 

@@ -53,7 +53,7 @@ def _without_history(compiled: CompiledFn) -> CompiledFn:
     """Note [Nothing to differentiate]: when the joint trace finds no output
     that requires grad (``a.add(1).detach()``), no output has autograd
     history in eager either. The inner stages get an inference request
-    (grad off, inputs detached), so a kernel backend compiles it, and it runs
+    (grad off), so a kernel backend compiles it, and it runs
     under ``no_grad``: the graph's ops record nothing, as a rewrite the
     backend may make for grad off (dropping a ``detach``) assumes."""
 
@@ -110,7 +110,7 @@ class Autograd:
                     request, STAGE, f"its backward needs a size that depends on tensor values ({cause})"
                 )
             if joint is None:  # Note [Nothing to differentiate]
-                inner = request.replace(inputs=_detached(request.inputs, request.fake_mode), grad_enabled=False)
+                inner = request.replace(grad_enabled=False)
                 return Lowering((inner,), _without_history)
             stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.protocol.stamps)
             parts = split(joint, partitioner(joint))
