@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -21,13 +19,11 @@ from typing import Any
 
 import conveyor
 import torch
-from conveyor.errors import CaptureError
-from conveyor.testing import check
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from module_db_sweep import MODULES, sample_modules  # noqa: E402
-from opinfo_pipeline_sweep import OPINFOS, SampleResult, _alarm, _Timeout, sample_programs, summary  # noqa: E402
+from opinfo_pipeline_sweep import OPINFOS, SampleResult, judge, sample_programs, summary  # noqa: E402
 
 #: (atol, rtol): Inductor's C++ kernels reassociate reductions and use vectorized transcendental functions
 TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float64: (1e-7, 1e-7)}
@@ -56,26 +52,7 @@ def _dynamo_compile(f: Any) -> Any:
 def run(fn: Any, tensors: list[Any], entry: str, dtype: torch.dtype, grad: bool, timeout: int) -> tuple[str, str]:
     """One sample through the inductor backend and the checker: ``(outcome, detail)``."""
     atol, rtol = TOLERANCE.get(dtype, (None, None))
-    if timeout:
-        signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(timeout)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            check(fn, *tensors, compile=ENTRIES[entry], atol=atol, rtol=rtol, check_grads=grad)
-    except _Timeout:
-        return "wrong", f"timeout after {timeout} s"
-    except CaptureError as exc:
-        return "fallback", f"CaptureError: {str(exc).splitlines()[0][:300]}"
-    except Exception as exc:
-        return "wrong", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-    finally:
-        if timeout:
-            signal.alarm(0)
-    eager = [str(w.message) for w in caught if str(w.message).startswith("conveyor: running")]
-    if eager:
-        return "fallback", eager[0][:300]
-    return "right", ""
+    return judge(fn, tensors, ENTRIES[entry], atol, rtol, grad, timeout)
 
 
 def samples(source: str, name: str, dtype: torch.dtype, grad: bool, limit: int) -> Iterator[tuple[Any, list, bool]]:

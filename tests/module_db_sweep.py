@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -27,13 +25,11 @@ from typing import Any
 
 import conveyor
 import torch
-from conveyor.errors import CaptureError
-from conveyor.testing import check
 from torch.testing._internal.common_modules import module_db
 
 sys.path.insert(0, str(Path(__file__).parent))  # the OpInfo sweep beside this file
 
-from opinfo_pipeline_sweep import TOLERANCE, SampleResult, _alarm, _Timeout, summary  # noqa: E402
+from opinfo_pipeline_sweep import TOLERANCE, SampleResult, judge, summary  # noqa: E402
 
 #: module name -> ModuleInfo (a variant's name after a dot)
 MODULES = {
@@ -144,26 +140,7 @@ def run_module(
 ) -> tuple[str, str]:
     """One sample checked: ``(outcome, detail)`` as the OpInfo sweep's."""
     atol, rtol = TOLERANCE.get((backend, dtype), TOLERANCE.get(("triton", dtype), (None, None)))
-    if timeout:
-        signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(timeout)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            check(module, *tensors, compile=compile, atol=atol, rtol=rtol, check_grads=training)
-    except _Timeout:
-        return "wrong", f"timeout after {timeout} s"
-    except CaptureError as exc:
-        return "fallback", f"CaptureError: {str(exc).splitlines()[0][:300]}"
-    except Exception as exc:
-        return "wrong", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-    finally:
-        if timeout:
-            signal.alarm(0)
-    eager = [str(w.message) for w in caught if str(w.message).startswith("conveyor: running")]
-    if eager:
-        return "fallback", eager[0][:300]
-    return "right", ""
+    return judge(module, tensors, compile, atol, rtol, training, timeout)
 
 
 def main(argv: list[str]) -> None:

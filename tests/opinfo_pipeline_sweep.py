@@ -198,6 +198,16 @@ def _run_sample(
     def compile(f: Any) -> Any:
         return conveyor.compile(f, backend=backend)
 
+    return judge(fn, tensors, compile, atol, rtol, grad, timeout)
+
+
+def judge(
+    fn: Any, tensors: list[Any], compile: Callable[[Any], Any], atol: Any, rtol: Any, grad: bool, timeout: int = 0
+) -> tuple[str, str]:
+    """One sample checked against eager: ``(outcome, detail)``, outcome one of
+    right, fallback (a capture error or conveyor's warned eager run) and
+    wrong (any other error, a mismatch, or ``timeout`` seconds passed); the
+    sweeps of module_db and of the inductor backend judge theirs here too."""
     if timeout:
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(timeout)
