@@ -116,3 +116,35 @@ def test_triton_backend_small_case() -> None:
             _steps(model, ref, (3, 5))
     assert session.last.inlined == 1
     assert session.last.graphs[-1].stage == "triton"
+
+
+def test_only_changed_sizes_become_symbolic() -> None:
+    # Note [Only changed sizes symbolic]: new batch sizes compile a symbolic variant in which
+    # the sizes every call had stay static; gradients stay eager's at every shape
+    ref = mlp()
+    model = conveyor.compile(copy.deepcopy(ref))
+    with cca.enable() as session:
+        for batch, seq in ((3, 2), (5, 2), (6, 2), (6, 7), (4, 9), (5, 9)):
+            x = torch.randn(batch, seq, 4)
+            model(x).pow(2).sum().backward()
+            with ca._disable():
+                ref(x).pow(2).sum().backward()
+            assert_same_grads(ref.parameters(), model.parameters())
+    variants = [
+        v for c in session.history for p in c.backward.programs.values() for vs in p.variants.values() for v in vs
+    ]
+    fixed = [v.fixed for v in variants if v.static is None]
+    assert fixed and all(fixed), fixed  # each symbolic variant kept some size static
+
+
+def test_a_symbolic_variant_checks_the_sizes_it_kept_static() -> None:
+    from conveyor_compiled_autograd.program import Variant, _changed_dims
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    x = torch.empty(6, 5)
+    assert _changed_dims(x, [(torch.Size([3, 5]), (5, 1), 0)]) == [DimDynamic.DYNAMIC, DimDynamic.STATIC]
+    assert _changed_dims(x, []) == [DimDynamic.DYNAMIC] * 2  # nothing seen: every size a symbol
+    assert _changed_dims(x, [(torch.Size([3]), (1,), 0)]) == [DimDynamic.DYNAMIC] * 2  # another rank
+    variant = Variant(lambda args: args, None, (0,), (), fixed=((0, 1, 5),))
+    assert variant.holds([torch.empty(9, 5)])
+    assert not variant.holds([torch.empty(9, 6)])

@@ -11,9 +11,10 @@ first compiled for the sizes it sees (static: fast to compile, and training
 at one size never needs more). When a call comes with other sizes, it is
 compiled once more for all of them (as ``conveyor.compile``'s automatic
 ``dynamic`` does; ``dynamic=True`` skips the static step, ``dynamic=False``
-stays static): tensor inputs become fake tensors whose sizes are symbols and
-integer inputs become SymInts, in a ``FakeTensorMode`` with its own
-``ShapeEnv``. Whatever the trace or a stage assumed about a symbol
+stays static): the sizes of tensor inputs that differ between the calls
+that compiled become symbols and the integer inputs that differ, SymInts
+(Note [Only changed sizes symbolic]; with ``dynamic=True``, every size), in
+a ``FakeTensorMode`` with its own ``ShapeEnv``. Whatever the trace or a stage assumed about a symbol
 (a size of 0 or 1 specialized, two sizes equal, a stride) is a guard of that
 shape environment; each call checks the guards of the compiled variants in
 order and compiles a new variant only when none holds. Non-integer scalars
@@ -96,6 +97,9 @@ class Variant:
     static: tuple[Any, ...] | None = None
     #: its graph writes no input (compiled by the functional pipeline; Note [Below autograd])
     functional: bool = False
+    #: a symbolic variant's static sizes ``(input, dim, size)`` (Note [Only changed sizes symbolic]),
+    #: which its shape environment's guards do not check
+    fixed: tuple[tuple[int, int, int], ...] = ()
 
     def holds(self, dynamic: Sequence[Any]) -> bool:
         """Whether this variant is valid for these dynamic inputs."""
@@ -103,6 +107,9 @@ class Variant:
             return False
         if self.static is not None:
             return _signature(dynamic) == self.static
+        for k, d, size in self.fixed:
+            if dynamic[k].shape[d] != size:
+                return False
         if self.guards is None:
             return True
         return bool(eval(self.guards, SYMPY_INTERP, {"L": {f"t{i}": v for i, v in enumerate(dynamic)}}))
@@ -155,6 +162,8 @@ class SegmentProgram:
         self.specialized: str | None = None
         self._last: LastVariant | None = None  # Note [The last variant first]
         self._hit = False  # whether the latest call ran ``_last``'s variant by its check
+        #: per key, the dynamic inputs' signatures of the calls that compiled a variant
+        self._seen: dict[Hashable, list[tuple[Any, ...]]] = {}
 
     @property
     def graphs(self) -> tuple[StageGraph, ...]:
@@ -187,7 +196,9 @@ class SegmentProgram:
                 variants = self.variants.setdefault(key, [])
                 variant = next((v for v in variants if v.holds(dynamic)), None)
                 if variant is None:
-                    variant = self._compile(values, positions, first=not variants)
+                    seen = self._seen.setdefault(key, [])  # Note [Only changed sizes symbolic]
+                    variant = self._compile(values, positions, first=not variants, seen=seen)
+                    seen.append(_signature(dynamic))
                     variants.append(variant)
                 self._remember(values, positions, variant)
                 outs = variant.compiled(dynamic)
@@ -227,16 +238,22 @@ class SegmentProgram:
             env[node] = run_node(node, env, self.root)
         return [env[n] for n in self.segment.outputs]
 
-    def _compile(self, values: Sequence[Any], positions: list[int], first: bool) -> Variant:
+    def _compile(
+        self, values: Sequence[Any], positions: list[int], first: bool, seen: Sequence[tuple[Any, ...]] = ()
+    ) -> Variant:
         with _disable_current_modes():  # a user's dispatch mode (a profiler, a counter) must not see the compile
-            return self._compile_checked(values, positions, first)
+            return self._compile_checked(values, positions, first, seen)
 
-    def _compile_checked(self, values: Sequence[Any], positions: list[int], first: bool) -> Variant:
+    def _compile_checked(
+        self, values: Sequence[Any], positions: list[int], first: bool, seen: Sequence[tuple[Any, ...]] = ()
+    ) -> Variant:
         dynamic = getattr(self.pipeline.config, "dynamic", None)
         if dynamic is False or (dynamic is None and first):  # Note [Symbolic sizes]: static first
             return self._compile_as(values, positions, symbolic=False)
+        if dynamic is True:
+            seen = ()  # every size symbolic
         try:
-            return self._compile_as(values, positions, symbolic=True)
+            return self._compile_as(values, positions, symbolic=True, seen=seen)
         except Uncompilable as exc:
             symbolic_failure = exc
         try:
@@ -246,12 +263,15 @@ class SegmentProgram:
         self.specialized = str(symbolic_failure)
         return variant
 
-    def _compile_as(self, values: Sequence[Any], positions: list[int], symbolic: bool) -> Variant:
+    def _compile_as(
+        self, values: Sequence[Any], positions: list[int], symbolic: bool, seen: Sequence[tuple[Any, ...]] = ()
+    ) -> Variant:
         fake_mode = FakeTensorMode(shape_env=ShapeEnv() if symbolic else None)
         shape_env = fake_mode.shape_env
         memo: dict[int, Any] = {}
         fakes: list[Any] = []
-        for i in positions:
+        fixed: list[tuple[int, int, int]] = []
+        for k, i in enumerate(positions):
             v = values[i]
             if isinstance(v, torch.Tensor):
                 if id(v) not in memo:
@@ -260,12 +280,13 @@ class SegmentProgram:
                     if shape_env is None:
                         memo[id(v)] = fake_mode.from_tensor(v.detach(), static_shapes=True)
                     else:
-                        dims = [DimDynamic.DYNAMIC] * v.dim()
+                        dims = _changed_dims(v, [sig[k] for sig in seen])  # Note [Only changed sizes symbolic]
+                        fixed += [(k, d, n) for d, n in enumerate(v.shape) if dims[d] is DimDynamic.STATIC]
                         context: Any = StatelessSymbolicContext(dynamic_sizes=dims, constraint_sizes=[None] * v.dim())  # type: ignore[arg-type]
                         memo[id(v)] = fake_mode.from_tensor(v.detach(), symbolic_context=context)
                 fakes.append(memo[id(v)])
-            elif shape_env is None:
-                fakes.append(v)
+            elif shape_env is None or (seen and all(sig[k] == v for sig in seen)):
+                fakes.append(v)  # an int every compiling call had: a constant, guarded by value
             else:
                 fakes.append(shape_env.create_unspecified_symint_and_symbol(v, ConstantSource(f"{STAGE}_int{i}"), DimDynamic.DYNAMIC))
         dynamic_at = set(positions)
@@ -315,4 +336,28 @@ class SegmentProgram:
         dynamic = [values[i] for i in positions]
         keyed = tuple(s for s in pipeline.stages if s.cache_key is not None)
         static = None if symbolic else _signature(dynamic)
-        return Variant(compiled, guards, shape["outputs"], graphs, keyed, _stage_keys(keyed, dynamic), static, functional)
+        return Variant(
+            compiled, guards, shape["outputs"], graphs, keyed, _stage_keys(keyed, dynamic), static, functional, tuple(fixed)
+        )
+
+
+def _changed_dims(v: torch.Tensor, before: Sequence[Any]) -> list[DimDynamic]:
+    """Note [Only changed sizes symbolic]: a symbolic variant makes symbols
+    of the sizes that differ between the calls that compiled a variant so
+    far and this one (the batch, the sequence length), not of every size: each symbol costs the shape environment's
+    reasoning at every op of the trace (a two-layer encoder's backward took
+    20 s with every size a symbol), and a size every call so far had is most
+    likely a model dimension. A size kept static is a guard by value (the
+    shape environment's guards check every size, symbolic or not), so a call
+    where it differs compiles another variant, with that size symbolic too
+    (the calls that compiled include the earlier symbolic variants', so the
+    symbolic sizes only grow: at most one compile per size). ``before``: the
+    tensor's ``(shape, stride, offset)`` in each of those calls; with none,
+    or another number of dimensions, every size is a symbol."""
+    shapes = [b[0] for b in before if isinstance(b, tuple) and len(b[0]) == v.dim()]
+    if not shapes or len(shapes) != len(before):
+        return [DimDynamic.DYNAMIC] * v.dim()
+    return [
+        DimDynamic.STATIC if all(shape[d] == size for shape in shapes) else DimDynamic.DYNAMIC
+        for d, size in enumerate(v.shape)
+    ]
