@@ -11,6 +11,7 @@ import pytest
 import torch
 from conveyor import Lowering, PipelineError, Plugins, Request, StageSpec, hookimpl
 from conveyor.protocol.backends.eager import EagerBackend
+from conveyor.testing.pytest_plugin import pipeline_of
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 
@@ -42,22 +43,10 @@ class _Inner:
         return Lowering.passthrough(request)
 
 
-def _pipeline(*specs: StageSpec, backend: str) -> conveyor.Pipeline:
-    class Stages:
-        @hookimpl
-        def conveyor_register_stages(self, register: Callable[[StageSpec], None]) -> None:
-            for spec in specs:
-                register(spec)
-
-    plugins = Plugins()
-    plugins.register(Stages(), name="stages")
-    return conveyor.Pipeline(conveyor.resolve({"autoload": False, "backend": backend}), plugins)
-
-
 @pytest.mark.parametrize("backend, fuses", [("eager", False), ("fusing", True)])
 def test_every_request_a_stage_receives_carries_the_backend_s_fact(backend: str, fuses: bool) -> None:
     split, inner = _Split(), _Inner()
-    pipeline = _pipeline(
+    pipeline = pipeline_of(
         StageSpec(name="split", kind="wrapper", impl=split),
         StageSpec(name="inner", kind="wrapper", impl=inner, after=("split",)),
         StageSpec(name="fusing", kind="backend", impl=EagerBackend(), fuses_pointwise=True),

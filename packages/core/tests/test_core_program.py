@@ -17,6 +17,7 @@ from conveyor import ConfigError, Lowering, Plugins, Request, StageError, StageS
 from conveyor.analysis.functional_run import run_functional
 from conveyor.analysis.program import InputAliasing, Program
 from conveyor.testing import check
+from conveyor.testing.pytest_plugin import pipeline_of
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch._subclasses.functional_tensor import FunctionalTensorMode
 from torch.fx.experimental import proxy_tensor
@@ -268,23 +269,9 @@ class _Reader:
         return Lowering.passthrough(request.replace(label=request.label))
 
 
-def _pipeline(*specs: StageSpec, plugin: Any = None) -> conveyor.Pipeline:
-    class Stages:
-        @hookimpl
-        def conveyor_register_stages(self, register: Callable[[StageSpec], None]) -> None:
-            for spec in specs:
-                register(spec)
-
-    plugins = Plugins()
-    plugins.register(Stages(), name="stages")
-    if plugin is not None:
-        plugins.register(plugin, name="wrapping")
-    return conveyor.Pipeline(conveyor.resolve({"autoload": False}), plugins)
-
-
 def test_reading_an_undeclared_part_fails_naming_the_stage_and_the_part() -> None:
     seen: list[Any] = []
-    pipeline = _pipeline(StageSpec(name="peek", kind="wrapper", impl=_Reader("meta", seen), reads=("aliasing",)))
+    pipeline = pipeline_of(StageSpec(name="peek", kind="wrapper", impl=_Reader("meta", seen), reads=("aliasing",)))
     request = request_of(_in_place, torch.randn(2), torch.randn(2))
     with pytest.raises(StageError, match=r"conveyor stage 'peek': reads program part 'meta' it does not declare in StageSpec.reads"):
         pipeline.compile(request)
@@ -297,7 +284,7 @@ def test_a_declared_part_is_read_once_and_kept_for_the_next_stage() -> None:
     (the record kept): ``second``, which declares other parts, reads the same
     record through its own view, not ``first``'s."""
     seen: list[Any] = []
-    pipeline = _pipeline(
+    pipeline = pipeline_of(
         StageSpec(name="first", kind="wrapper", impl=_Reader("meta", seen), reads=("meta",)),
         StageSpec(name="second", kind="wrapper", impl=_Reader("analysis", seen), after=("first",), reads=("analysis",)),
     )
@@ -311,7 +298,7 @@ def test_a_declared_part_is_read_once_and_kept_for_the_next_stage() -> None:
 
 
 def test_a_stage_that_reads_nothing_sees_no_part() -> None:
-    pipeline = _pipeline(StageSpec(name="blind", kind="wrapper", impl=_Reader("statically_functional", [])))
+    pipeline = pipeline_of(StageSpec(name="blind", kind="wrapper", impl=_Reader("statically_functional", [])))
     with pytest.raises(StageError, match="'blind': reads program part 'statically_functional'"):
         pipeline.compile(request_of(_in_place, torch.randn(2), torch.randn(2)))
 
@@ -326,7 +313,7 @@ def test_a_wrapper_of_the_run_stage_hook_sees_the_whole_record() -> None:
             return (yield)
 
     seen: list[Any] = []
-    pipeline = _pipeline(StageSpec(name="peek", kind="wrapper", impl=_Reader(None, seen)), plugin=Checker())
+    pipeline = pipeline_of(StageSpec(name="peek", kind="wrapper", impl=_Reader(None, seen)), plugins=[Checker()])
     request = request_of(_in_place, torch.randn(2), torch.randn(2))
     pipeline.compile(request)
     assert len(found) == 2 and found[0] is found[1] and found[0]  # peek's request and the backend's: one record

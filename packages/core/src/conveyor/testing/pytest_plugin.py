@@ -7,13 +7,15 @@ import os
 import shutil
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conveyor.protocol.config import resolve
 from conveyor.protocol.hookspecs import hookimpl
+from conveyor.protocol.pipeline import Pipeline
 from conveyor.protocol.plugins import Plugins
 from conveyor.protocol.stage import StageSpec
 
@@ -153,3 +155,13 @@ def register_stages(installed_plugins: Plugins) -> Iterator[Callable[..., Plugin
 def stage_plugin(*specs: StageSpec) -> Any:
     """A plugin object that registers ``specs`` (for ``Plugins.register``)."""
     return _StagePlugin(specs)
+
+
+def pipeline_of(*specs: StageSpec, plugins: Sequence[Any] = (), **config: Any) -> Pipeline:
+    """A pipeline of ``specs`` and ``plugins`` alone (no installed plugin is
+    loaded), built from the configuration ``config``."""
+    manager = Plugins()
+    manager.register(_StagePlugin(specs), name="stages")
+    for k, plugin in enumerate(plugins):
+        manager.register(plugin, name=f"plugin-{k}")
+    return Pipeline(resolve({"autoload": False, **config}), manager)
