@@ -15,6 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import conveyor
 import pytest
 import torch
 from conveyor.testing import check
@@ -108,3 +109,11 @@ def test_inductor_opinfo_all(name: str, entry: str) -> None:
 @pytest.mark.parametrize("name", _all(MODULES))
 def test_inductor_module_db_all(name: str, entry: str) -> None:
     _check("modules", name, entry, limit=2)
+
+
+def test_inductor_views_only_program_with_grad_and_the_autograd_stage_off() -> None:
+    # Note [Graphs of views]: the graph reaches the backend with grad enabled
+    for disable in (["autograd"], ["autograd", "functionalize"]):
+        for fn in (lambda x: x.t(), lambda x: (x.t(), x.view(-1)[1:])):
+            check(fn, torch.randn(3, 4, requires_grad=True),
+                  compile=lambda f, d=disable: conveyor.compile(f, backend="inductor", disable=d))

@@ -83,12 +83,15 @@ class InductorBackend:
         return made.run
 
 
-# Note [Graphs of views]: the autograd stage hands a graph whose only ops are
-# views on as it is, with grad enabled (nothing to differentiate apart: a
-# view's autograd history is the view itself). Inductor's kernels would copy
-# where eager aliases and record no history, so such a graph runs as it is,
-# each view an aten call that records its history (as the triton backend
-# runs one).
+# Note [Graphs of views]: with the autograd stage off (``disable=["autograd"]``),
+# a graph whose only ops are views (or none: functionalize replays output
+# views after the graph) reaches this backend with grad enabled and inputs
+# requiring grad. Nothing there needs a backward graph: a view's autograd
+# history is the view itself. Inductor's kernels would copy where eager
+# aliases and record no history, so such a graph runs as it is, each view an
+# aten call that records its history (as the triton backend runs one). With
+# the autograd stage on, a program with nothing to differentiate arrives
+# with grad off instead (Note [Nothing to differentiate] in that stage).
 def _views_only(gm: torch.fx.GraphModule) -> bool:
     return all(n.target is operator.getitem or is_view(n) for n in gm.graph.nodes if n.op == "call_function")
 
