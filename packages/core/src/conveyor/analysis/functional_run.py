@@ -23,6 +23,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch._dispatch.python import enable_python_dispatcher
+from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
 from torch.utils._python_dispatch import _disable_infra_mode
 
@@ -51,6 +52,55 @@ def to_functional(value: Any) -> Any:
     return FunctionalTensor.to_functional(value) if isinstance(value, torch.Tensor) else value
 
 
+def wrap_inputs(inputs: Sequence[Any], mode: FunctionalTensorMode) -> tuple[Any, ...]:
+    """Each tensor of ``inputs`` wrapped as :func:`to_functional` wraps it;
+    call it with ``mode`` active.
+
+    Note [Wrapping inputs below the functional mode]: torch's
+    ``FunctionalTensor.to_functional`` makes the C++ wrapper
+    (``torch._to_functional_tensor``) with the functional mode active, and the
+    wrapper asks its fake input for its device: a ``prim.device`` dispatch
+    that takes ``FunctionalTensorMode``'s whole Python path before the fake
+    mode answers it, about three quarters of the wrap (a CNN's 315
+    parameters and buffers, once per functional run). The device is the fake
+    mode's answer either way, so the C++ wrappers are made with the
+    functional mode off the stack (once for all inputs); the rest is
+    torch's own steps in its order, under the mode: autograd metadata
+    mirrored onto the C++ wrapper, the Python wrapper, the metadata mirrored
+    onto it. Where torch lacks one of those steps, or an input is not a
+    plain ``torch.Tensor`` or ``FakeTensor`` (a subclass may answer
+    differently), it is ``to_functional`` as before."""
+    if not _WRAP_STEPS or not all(type(v) in _PLAIN or not isinstance(v, torch.Tensor) for v in inputs):
+        return tuple(to_functional(v) for v in inputs)
+    with contextlib.contextmanager(_disable_infra_mode)(torch._C._TorchDispatchModeKey.FUNCTIONAL):
+        inner = [_make_functional(v) if isinstance(v, torch.Tensor) else None for v in inputs]
+    out: list[Any] = []
+    for v, f in zip(inputs, inner, strict=True):
+        if f is None:
+            out.append(v)
+            continue
+        torch._mirror_autograd_meta_to(v, f)  # type: ignore[attr-defined]
+        wrapped = FunctionalTensor(f, mode)
+        torch._mirror_autograd_meta_to(f, wrapped)  # type: ignore[attr-defined]
+        out.append(wrapped)
+    return tuple(out)
+
+
+def _make_functional(v: torch.Tensor) -> torch.Tensor:
+    if torch._is_functional_tensor(v):
+        raise AssertionError("x must not already be a functional tensor")  # as torch's to_functional
+    return torch._to_functional_tensor(v)
+
+
+#: the types whose device a wrapper's query reads the same with the
+#: functional mode off (Note [Wrapping inputs below the functional mode])
+_PLAIN = (torch.Tensor, torch.nn.Parameter, FakeTensor)
+#: torch has each step of ``FunctionalTensor.to_functional`` we take
+_WRAP_STEPS = all(
+    hasattr(torch, name) for name in ("_to_functional_tensor", "_mirror_autograd_meta_to", "_is_functional_tensor")
+)
+
+
 def from_functional(value: Any) -> Any:
     """The plain tensor behind a functional one, after syncing pending
     updates into it."""
@@ -75,8 +125,8 @@ def run_functional(graph: torch.fx.GraphModule, inputs: Sequence[Any], runner: G
     disable_above = torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
     # the Python dispatcher lets Python decompositions (e.g. torch._refs.clamp)
     # see SymInts under symbolic shapes, as make_fx and AOTAutograd enable it
-    with disable_above, enable_python_dispatcher(), FunctionalTensorMode():
-        f_inputs = tuple(to_functional(v) for v in inputs)
+    with disable_above, enable_python_dispatcher(), FunctionalTensorMode() as mode:
+        f_inputs = wrap_inputs(inputs, mode)  # Note [Wrapping inputs below the functional mode]
         grad_fns = tuple(f.grad_fn if isinstance(f, torch.Tensor) else None for f in f_inputs)
         outs = runner(_effects_outside(graph), f_inputs)
         for f in f_inputs:
