@@ -15,24 +15,9 @@ from conveyor_triton.decompose import decompose
 from conveyor_triton.kernel_graph import kernel_graph
 from conveyor_triton.lower import lower
 from conveyor_triton.specialize import PerSizes, is_symbolic
+from conveyor_triton.stage import OPTIONS, STAGE
 
-STAGE = "triton"
-
-OPTIONS: dict[str, Any] = {
-    "cache_dir": None,  # where kernel sources are kept (default: ~/.cache/conveyor/triton)
-    "log": False,  # print each kernel's source and file when it is first loaded
-    "poison": False,  # fill outputs with a sentinel before each launch (tests)
-    "decompose": True,  # retrace with the decomposition table first
-    # sizes and strides as constants of the kernels (Note [Static layouts] in conveyor_triton.codegen);
-    # the per-size programs of a symbolic graph always share generic kernels
-    "static_layouts": True,
-    # the device type launches are chosen for (Note [Launch configuration]); None: $CONVEYOR_TRITON_LAUNCH_FOR,
-    # else the tensors' own. "cuda" on CPU runs the kernels a GPU would run in the interpreter (tests, PTX reports)
-    "launch_for": None,
-    # try a few launches of each static kernel at its first launch on a GPU, keep the fastest, and keep the
-    # choice beside the kernel on disk (Note [Tuned launches] in conveyor_triton.tuning); never on CPU
-    "autotune": True,
-}
+__all__ = ["OPTIONS", "STAGE", "TritonBackend"]
 
 
 def _received_outputs(request: Request) -> list[Any]:

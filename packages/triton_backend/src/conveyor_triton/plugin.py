@@ -1,4 +1,8 @@
-"""Registers the ``triton`` backend stage (entry point ``conveyor: triton``)."""
+"""Registers the ``triton`` backend stage (entry point ``conveyor: triton``).
+
+The registration imports neither the backend nor triton (Note [Registering
+without importing the backend] in :mod:`conveyor_triton.stage`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import conveyor
 from conveyor import StageSpec
 
 from conveyor_triton import interpreter
-from conveyor_triton.backend import OPTIONS, STAGE, TritonBackend
+from conveyor_triton.stage import OPTIONS, STAGE, LazyBackend, load_backend
 
 
 @conveyor.hookimpl
@@ -19,7 +23,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
         StageSpec(
             name=STAGE,
             kind="backend",
-            impl=TritonBackend(),
+            impl=LazyBackend(),
             after=("dedupe", "synthetic_base", "functionalize", "autograd"),
             options=OPTIONS,
             default_for=("cuda",),
@@ -28,5 +32,6 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             cache_key=lambda args: os.environ.get("CONVEYOR_TRITON_LAUNCH_FOR"),
             description="fused Triton kernels (interpreter on CPU), aten fallbacks listed in a report",
             fuses_pointwise=True,  # the autograd stage's default partitioner recomputes pointwise ops for it
+            probe=load_backend,  # a pipeline with the stage imports the backend while it is built
         )
     )
