@@ -61,12 +61,17 @@ def _same_storage(t: torch.Tensor, fake_mode: Any) -> torch.Tensor:
     traces per training compile). For a fake of this mode with static sizes,
     the new meta tensor is made below the fake mode and wrapped as a fake of
     the same device: the same tensor for a tenth of that. Symbolic layouts,
-    and anything but this mode's fakes, go through the fake mode."""
+    and anything but this mode's fakes, go through the fake mode. The
+    wrapping is ``FakeTensor``'s constructor, as the fake mode's own
+    ``fast_detach`` wraps its result: the converter's
+    ``from_meta_and_device`` would also memoize the fresh meta tensor (a
+    weak-dictionary entry and its finalizer, half the cost of a stand-in)
+    for a conversion nothing asks of a meta tensor no one else holds."""
     if type(t) is FakeTensor and t.fake_mode is fake_mode and not _symbolic_layout(t):
         with unset_fake_temporarily(), torch.no_grad():
             meta = torch.empty(0, dtype=t.dtype, device="meta")
             meta.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
-        return fake_mode.fake_tensor_converter.from_meta_and_device(fake_mode, meta, t.device)  # type: ignore[no-any-return]
+        return FakeTensor(fake_mode, meta, t.device)
     with torch.no_grad():
         fresh = torch.empty(0, dtype=t.dtype, device=t.device)
         fresh.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
