@@ -38,6 +38,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conveyor.analysis.schema import is_view, writes, written_args
+from conveyor.analysis.symbolic import symbolic_layout
 from conveyor.errors import CaptureError
 
 GRAD_META = "conveyor_grad_enabled"
@@ -97,18 +98,11 @@ def trace_below_autograd(
         # torch's Python decompositions of composite ops keep them. make_fx's own
         # symbolic mode and AOTAutograd run under the Python dispatcher for this,
         # and so does a conveyor trace whose inputs have symbolic sizes.
-        symbolic = any(isinstance(t, torch.Tensor) and _has_symbols(t) for t in flat)
+        symbolic = any(isinstance(t, torch.Tensor) and symbolic_layout(t) for t in flat)
         with enable_python_dispatcher() if symbolic else contextlib.nullcontext(), GradModeTagger(tag=tag_grad_mode):
             return fn(*flat)
 
     return make_fx(watched, decomposition_table=dict(decomposition_table or {}), pre_dispatch=pre_dispatch)
-
-
-def _has_symbols(t: torch.Tensor) -> bool:
-    if any(isinstance(d, torch.SymInt) for d in t.shape):
-        return True
-    # sparse layouts have no strides to ask
-    return t.layout is torch.strided and any(isinstance(d, torch.SymInt) for d in (*t.stride(), t.storage_offset()))
 
 
 @functools.cache
@@ -154,7 +148,8 @@ def _mark() -> _Mark | None:
     if mode is None:
         return None
     graph = mode.tracer.graph
-    return graph, next(iter(reversed(graph.nodes)), None)
+    last = graph._root.prev  # the graph's last node (its root when empty), as ``_made_since`` walks it
+    return graph, None if last is graph._root else last
 
 
 def _made_since(mark: _Mark) -> list[torch.fx.Node]:

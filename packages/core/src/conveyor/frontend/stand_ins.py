@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 
+from conveyor.analysis.symbolic import symbolic_layout
+
 
 def stand_ins_of(fake_inputs: Sequence[Any], fake_mode: Any) -> list[Any]:
     """Note [Tracing on stand-ins]: ``make_fx`` runs the program on the
@@ -67,7 +69,7 @@ def _same_storage(t: torch.Tensor, fake_mode: Any) -> torch.Tensor:
     ``from_meta_and_device`` would also memoize the fresh meta tensor (a
     weak-dictionary entry and its finalizer, half the cost of a stand-in)
     for a conversion nothing asks of a meta tensor no one else holds."""
-    if type(t) is FakeTensor and t.fake_mode is fake_mode and not _symbolic_layout(t):
+    if type(t) is FakeTensor and t.fake_mode is fake_mode and not symbolic_layout(t):
         with unset_fake_temporarily(), torch.no_grad():
             meta = torch.empty(0, dtype=t.dtype, device="meta")
             meta.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
@@ -76,7 +78,3 @@ def _same_storage(t: torch.Tensor, fake_mode: Any) -> torch.Tensor:
         fresh = torch.empty(0, dtype=t.dtype, device=t.device)
         fresh.set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
     return fresh
-
-
-def _symbolic_layout(t: torch.Tensor) -> bool:
-    return any(isinstance(d, torch.SymInt) for d in (*t.size(), *t.stride(), t.storage_offset()))
