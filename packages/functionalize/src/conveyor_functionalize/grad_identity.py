@@ -115,13 +115,20 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
     def run_node(self, n: torch.fx.Node) -> Any:
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         grad_mode = n.meta.get(GRAD_META, True)
-        written = _written(n, args, kwargs, self.detached_from, grad_mode) if torch.is_grad_enabled() else []
+        enabled = torch.is_grad_enabled()
+        written = _written(n, args, kwargs, self.detached_from, grad_mode) if enabled else []
         zeros = [zero_with_identity_grad(t) for t in written]
         self.kept_identity = self.kept_identity or bool(written)
         if self.swapped and not any(t is v for t in self.swapped for v in written):
             args, kwargs = self._read_swapped(n, args, kwargs)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and grad_mode):
-            out = getattr(self, n.op)(n.target, args, kwargs)  # what Interpreter.run_node does, on these args
+        if enabled and not grad_mode:
+            with torch.no_grad():
+                out = getattr(self, n.op)(n.target, args, kwargs)  # what Interpreter.run_node does, on these args
+        else:  # the node's mode is the current one
+            out = getattr(self, n.op)(n.target, args, kwargs)
+        if not written:  # nothing of its own to add
+            self._track_detach(n, args, out)
+            return out
         keep = [(t, z) for t, z in zip(written, zeros, strict=True) if getattr(t, "elem", t).shape == z.shape]
         if swaps_storage(n):
             # Note [A no-grad set_ keeps its own identity]
