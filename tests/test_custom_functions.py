@@ -98,6 +98,43 @@ def test_a_custom_op_with_its_autograd_compiles(compile: Any) -> None:
         check(_with_custom_op, *_inputs(), compile=compile)
 
 
+def _custom_op_result_written(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    s = scaled_gelu(x @ w, 0.5)
+    s.mul_(2)  # a write into the custom op's result: the program reaches the functionalize stage
+    return s
+
+
+def _custom_op_written_into_input(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    x.add_(scaled_gelu(w, 0.5).sum(0))
+    return x
+
+
+@pytest.mark.parametrize("fn", [_custom_op_result_written, _custom_op_written_into_input])
+@pytest.mark.parametrize("compile", ALL_ENTRY_POINTS, ids=entry_id)
+def test_a_custom_op_keeps_its_gradient_through_a_write(compile: Any, fn: Any) -> None:
+    # the functional trace replays the custom op (whose autograd runs it under
+    # no_grad) with grad recorded, as capture does: it was cut by a detach
+    x, w = _inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no eager fallback
+        warnings.filterwarnings("ignore", "The .grad attribute of a Tensor that is not a leaf")  # torch's, on x * 1
+        check(fn, x * 1, w, compile=compile)
+
+
+def _addcmul_with_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.t().addcmul_(y, y, value=0.5)  # dynamo writes it as prims.fma, an op with its own autograd, and copy_
+    return x
+
+
+@pytest.mark.parametrize("compile", ALL_ENTRY_POINTS, ids=entry_id)
+def test_a_write_dynamo_spells_with_an_op_of_its_own_keeps_its_gradient(compile: Any) -> None:
+    x, y = torch.randn(3, 4, requires_grad=True), torch.randn(4, 3, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", "The .grad attribute of a Tensor that is not a leaf")
+        check(_addcmul_with_value, x * 1, y, compile=compile)
+
+
 def _check_as_nodes(fn: Any, *args: Any, compile: Any, nodes: int, **kwargs: Any) -> Any:
     """``check`` with no eager fallback, and ``nodes`` apply_function nodes
     in the captured graph; the compiled callable."""

@@ -24,7 +24,7 @@ sources for it. The names, by what they are for:
 """
 
 from conveyor.analysis.functional_run import FunctionalRun, from_functional, run_functional
-from conveyor.analysis.grad_regions import GRAD_META, call_graph, detach_no_grad_results
+from conveyor.analysis.grad_regions import GRAD_META, call_graph, detach_no_grad_results, recorded_with_grad
 from conveyor.analysis.overlap import Layout, overlaps, overlaps_itself, span
 from conveyor.analysis.program import Program
 from conveyor.analysis.program_meta import BaseIdx, InputIdx, InputInfo, OutputIdx, OutputInfo, OutputKind, ProgramMeta
@@ -95,6 +95,7 @@ __all__ = [
     "op_facts",
     "overlaps",
     "overlaps_itself",
+    "recorded_with_grad",
     "reducible",
     "resolve",
     "retrace",

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from conveyor.stage_api import GRAD_META, is_view, swaps_storage, written_positions
+from conveyor.stage_api import GRAD_META, is_view, recorded_with_grad, swaps_storage, written_positions
 
 
 def zero_with_identity_grad(t: torch.Tensor) -> torch.Tensor:
@@ -124,6 +124,11 @@ class IdentityKeepingInterpreter(torch.fx.Interpreter):
         if enabled and not grad_mode:
             with torch.no_grad():
                 out = getattr(self, n.op)(n.target, args, kwargs)  # what Interpreter.run_node does, on these args
+        elif enabled:
+            # a node captured with grad records its replay with grad too, also where its own
+            # autograd runs it inside a Function's no_grad forward (a custom op's, Note [Custom ops])
+            with recorded_with_grad():
+                out = getattr(self, n.op)(n.target, args, kwargs)
         else:  # the node's mode is the current one
             out = getattr(self, n.op)(n.target, args, kwargs)
         if not written:  # nothing of its own to add
