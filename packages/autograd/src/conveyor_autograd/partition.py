@@ -65,14 +65,31 @@ def ancestors(roots: Iterable[torch.fx.Node], stop: frozenset[torch.fx.Node] = f
     return seen
 
 
+_DETACH = torch.ops.aten.detach.default
+
+
 def save_eager(joint: JointGraph) -> list[torch.fx.Node]:
-    """Save what eager autograd saves: every forward value a backward node reads."""
+    """Save what eager autograd saves: every forward value a backward node
+    reads (of a forward ``detach``, its source: Note [Detaches of saved outputs])."""
     needed = ancestors(joint.grads)
-    saved = []
+    saved: dict[torch.fx.Node, None] = {}
     for node in joint.gm.graph.nodes:
         if joint.is_forward(node) and any(u in needed and not joint.is_forward(u) for u in node.users):
-            saved.append(node)
-    return saved
+            saved[_undetached(joint, node)] = None
+    return list(saved)
+
+
+def _undetached(joint: JointGraph, node: torch.fx.Node) -> torch.fx.Node:
+    """Note [Detaches of saved outputs]: autograd detaches an op's output
+    when it saves it for that op's backward (``relu``'s, ``sigmoid``'s), so
+    the joint trace records ``detach(relu)`` in the forward phase, read by
+    the backward. Saving that detach would make the forward return an
+    alias of the output it saves anyway; the partition saves the source
+    and the backward takes the (free) detach again, as min_cut does for
+    every view."""
+    while node.target is _DETACH and isinstance(node.args[0], torch.fx.Node) and joint.is_forward(node.args[0]):
+        node = node.args[0]
+    return node
 
 
 def _is_tensor(node: torch.fx.Node) -> bool:
@@ -102,7 +119,7 @@ def split(joint: JointGraph, saved: Sequence[torch.fx.Node]) -> Split:
     # random ops advance the RNG as in eager; effectful ones (error checks) must raise as in eager
     kept = [n for n in joint.gm.graph.nodes if joint.is_forward(n) and (is_random(n) or is_effectful(n))]
     forward = _subgraph(joint, joint.primals, [*joint.outputs, *saved_order], keep=kept)
-    backward = _subgraph(joint, (*saved_order, *joint.tangents), joint.grads, keep=())
+    backward = _subgraph(joint, (*saved_order, *joint.tangents), joint.grads, keep=(), drop_detaches=True)
     return Split(forward, backward, layout, saved_order)
 
 
@@ -111,12 +128,23 @@ def _subgraph(
     inputs: Sequence[torch.fx.Node],
     results: Sequence[Any],
     keep: Sequence[torch.fx.Node],
+    drop_detaches: bool = False,
 ) -> torch.fx.GraphModule:
     """A graph with ``inputs`` as placeholders that computes ``results``
     (nodes or constants) with the joint graph's nodes between them. ``keep``
     nodes are computed even when unused (random ops: they advance the RNG as
-    in eager; effectful ops: they raise as in eager)."""
+    in eager; effectful ops: they raise as in eager).
+
+    Note [Detaches in the backward graph]: with ``drop_detaches``, a
+    ``detach`` that is not a result is left out, its users reading its
+    source (autograd's detach of each saved output it unpacks, Note
+    [Detaches of saved outputs]). The backward graph runs under ``no_grad``
+    (its request has grad off) and writes nothing (the joint graph is
+    functional), where such a detach changes no value, no aliasing and no
+    autograd state: the eager backend drops them too
+    (``drop_inert_detaches``), by copying the whole graph."""
     boundary = frozenset(inputs)
+    returned = frozenset(r for r in results if isinstance(r, torch.fx.Node))
     needed = ancestors([*(r for r in results if isinstance(r, torch.fx.Node)), *keep], stop=boundary)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -125,6 +153,9 @@ def _subgraph(
         env[node].meta = dict(node.meta)
     for node in joint.gm.graph.nodes:
         if node not in needed or node in env:
+            continue
+        if drop_detaches and node.target is _DETACH and node not in returned:  # Note [Detaches in the backward graph]
+            env[node] = env[node.args[0]]  # type: ignore[index]
             continue
         if node.op not in ("call_function", "get_attr"):  # get_attr: a constant of the joint graph (copied along)
             raise StageError(STAGE, f"partition: {node.format_node()} is needed but is neither computed nor given")

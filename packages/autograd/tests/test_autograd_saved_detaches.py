@@ -1,0 +1,102 @@
+"""The joint trace hides the caller's saved-tensor hooks without tracing a
+detach per saved tensor (Note [Saved-tensor hooks during the joint trace]);
+save_eager saves the source of autograd's detach of a saved output (Note
+[Detaches of saved outputs]); the backward graph leaves inert detaches out
+(Note [Detaches in the backward graph])."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from autograd_helpers import pipeline
+from conveyor import Request, retrace
+from conveyor.testing import check
+from conveyor_autograd import joint as joint_module
+from conveyor_autograd import save_eager, split, trace_joint
+from conveyor_autograd.measure import saved_for_backward
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+DETACH = torch.ops.aten.detach.default
+
+
+def net(x, w):
+    h = torch.relu(x @ w)
+    return (torch.sigmoid(h) * x.sum()).sum(-1)
+
+
+def request_for(fn, *shapes) -> Request:
+    mode = FakeTensorMode()
+    fakes = tuple(mode.from_tensor(torch.randn(s, requires_grad=True)) for s in shapes)
+    return Request(retrace(fn, fakes, mode), fakes, mode)
+
+
+def detaches(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.target is DETACH)
+
+
+@pytest.fixture(params=["switch", "identity hooks"])
+def hiding(request, monkeypatch):
+    """Both ways of hiding the caller's hooks: torch's tracing switch, and the
+    identity hooks used where the switch is missing."""
+    if request.param == "switch":
+        if joint_module._set_tracing() is None:
+            pytest.skip("this torch has no working saved-tensor hooks tracing switch")
+    else:
+        monkeypatch.setattr(joint_module, "_set_tracing", lambda: None)
+    return request.param
+
+
+def test_the_probe_finds_the_switch_where_torch_has_it() -> None:
+    if hasattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing"):
+        assert joint_module._set_tracing() is not None
+    # and it left the switch off
+    seen = []
+    x = torch.ones(2, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: seen.append(t) or t, lambda t: t):
+        x.sin()
+    assert len(seen) == 1
+
+
+def test_the_callers_hooks_do_not_see_the_joint_trace(hiding) -> None:
+    packed: list[type] = []
+
+    def pack(t):
+        packed.append(type(t))
+        return t
+
+    request = request_for(lambda x, w: (net(x, w),), (4, 8), (8, 6))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        assert trace_joint(request) is not None
+        torch.ones(1, requires_grad=True).sin()  # the caller's hook is back after the trace
+    assert packed == [torch.Tensor]
+    check(net, torch.randn(4, 8, requires_grad=True), torch.randn(8, 6, requires_grad=True), compile=pipeline("save_eager"))
+
+
+def test_with_the_switch_the_backward_reads_saved_values_without_a_detach(hiding) -> None:
+    joint = trace_joint(request_for(lambda x, w: (net(x, w),), (4, 8), (8, 6)))
+    assert joint is not None
+    if hiding == "switch":
+        # only autograd's detach of each saved output (relu, sigmoid), at save and at unpack
+        assert detaches(joint.gm) == 4
+    parts = split(joint, save_eager(joint))
+    assert DETACH not in {n.target for n in parts.saved}  # Note [Detaches of saved outputs]
+    assert detaches(parts.backward) == 0  # Note [Detaches in the backward graph]
+    assert detaches(parts.forward) == 0
+
+
+def test_save_eager_still_keeps_what_eager_keeps(hiding) -> None:
+    x, w = torch.randn(16, 32, requires_grad=True), torch.randn(32, 24, requires_grad=True)
+    eager = saved_for_backward(lambda: net(x, w), exclude=[x, w])[1]
+    compiled = pipeline("save_eager")(net)
+    compiled(x, w)
+    ours = saved_for_backward(lambda: compiled(x, w), exclude=[x, w])[1]
+    assert ours.bytes_besides == eager.bytes_besides
+
+
+def test_a_detach_the_program_returns_stays() -> None:
+    def f(x):
+        y = torch.relu(x)
+        return y.detach(), y.sigmoid()
+
+    check(f, torch.randn(5, requires_grad=True), compile=pipeline("save_eager"))
+    check(f, torch.randn(5, requires_grad=True), compile=pipeline("min_cut"))
