@@ -14,6 +14,7 @@ from conveyor.testing import check
 from conveyor_autograd import joint as joint_module
 from conveyor_autograd import save_eager, split, trace_joint
 from conveyor_autograd.measure import saved_for_backward
+from conveyor_autograd.partition import ancestors
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 DETACH = torch.ops.aten.detach.default
@@ -77,7 +78,8 @@ def test_with_the_switch_the_backward_reads_saved_values_without_a_detach(hiding
     assert joint is not None
     if hiding == "switch":
         # only autograd's detach of each saved output (relu, sigmoid), at save and at unpack
-        assert detaches(joint.gm) == 4
+        live = ancestors([*joint.outputs, *joint.grads])
+        assert sum(1 for n in live if n.target is DETACH) == 4
     parts = split(joint, save_eager(joint))
     assert DETACH not in {n.target for n in parts.saved}  # Note [Detaches of saved outputs]
     assert detaches(parts.backward) == 0  # Note [Detaches in the backward graph]
@@ -100,3 +102,33 @@ def test_a_detach_the_program_returns_stays() -> None:
 
     check(f, torch.randn(5, requires_grad=True), compile=pipeline("save_eager"))
     check(f, torch.randn(5, requires_grad=True), compile=pipeline("min_cut"))
+
+
+def test_the_forward_request_takes_the_inputs_detached() -> None:
+    """Note [The primals again]: the joint trace's leaves, grad off."""
+    from conveyor_autograd.stage import Autograd
+
+    request = request_for(lambda x, w: (net(x, w),), (4, 8), (8, 6))
+    lowering = Autograd().lower(request, {"partitioner": "save_eager"})
+    forward, backward = lowering.requests
+    for given, taken in zip(request.inputs, forward.inputs, strict=True):
+        assert taken is not given and taken.is_leaf and not taken.requires_grad
+        assert given.requires_grad  # the request's own are left as they were
+        assert taken.untyped_storage()._cdata == given.untyped_storage()._cdata
+        assert (taken.shape, taken.stride(), taken.dtype) == (given.shape, given.stride(), given.dtype)
+        assert taken._version == given._version
+    assert all(not t.requires_grad for t in backward.inputs)
+
+
+def test_a_dead_random_op_of_the_forward_still_runs() -> None:
+    """Note [Dead nodes of the joint graph]: the forward keeps a random op
+    nobody reads (it advances the RNG, as in eager)."""
+
+    def f(x):
+        torch.rand(3)
+        return (x.sin(),)
+
+    joint = trace_joint(request_for(f, (3,)))
+    assert joint is not None
+    parts = split(joint, save_eager(joint))
+    assert any(n.target is torch.ops.aten.rand.default for n in parts.forward.graph.nodes)

@@ -12,7 +12,7 @@ from torch.fx._lazy_graph_module import _use_lazy_graph_module
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
 from conveyor_autograd.detach import detached
 from conveyor_autograd.grad_mode_ops import with_grad_mode_on
-from conveyor_autograd.joint import STAGE, trace_joint, writing_node
+from conveyor_autograd.joint import STAGE, fresh_leaves, trace_joint, writing_node
 from conveyor_autograd.min_cut import min_cut
 from conveyor_autograd.partition import Partitioner, Split, save_eager, split
 from conveyor_autograd.runtime import program_function, wrap
@@ -102,8 +102,9 @@ class Autograd:
         if checked is not None:  # Note [Backwards that check their gradient]
             return eager_lowering(request, STAGE, checked)
         with _use_lazy_graph_module(True):  # Note [Graphs nobody runs]
+            leaves = fresh_leaves(request.inputs, request.fake_mode)
             try:
-                joint = trace_joint(request)
+                joint = trace_joint(request, leaves)
             except DataDependentError as exc:  # Note [Data-dependent sizes in a backward]
                 cause = str(exc).splitlines()[0].removeprefix("capture: ")
                 return stage_api.eager_lowering(
@@ -114,14 +115,29 @@ class Autograd:
                 return Lowering((inner,), _without_history)
             stamp(joint.gm, "joint")  # before partitioning (Note [Stamps] in conveyor.protocol.stamps)
             parts = split(joint, partitioner(joint))
-            return lower_split(request, parts)
+            return lower_split(request, parts, _without_grad(leaves))
 
 
-def lower_split(request: Request, parts: Split) -> Lowering:
-    """The forward and backward requests of a split, and the run-time wrap."""
+def _without_grad(leaves: list[Any]) -> tuple[Any, ...]:
+    """Note [The primals again]: the forward request's inputs are the
+    request's inputs detached, which the joint trace's fresh leaves are
+    (same storage and metadata, the version counter shared, leaves), once
+    they no longer require grad. The trace ran on stand-ins of them and
+    left them as they were, so they are taken instead of detaching every
+    input once more."""
+    for t in leaves:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            t.requires_grad_(False)
+    return tuple(leaves)
+
+
+def lower_split(request: Request, parts: Split, forward_inputs: tuple[Any, ...] | None = None) -> Lowering:
+    """The forward and backward requests of a split, and the run-time wrap.
+    ``forward_inputs``: the request's inputs detached, when the caller has
+    them (Note [The primals again])."""
     fwd = request.replace(
         graph=with_grad_mode_on(parts.forward),  # it runs with grad mode off (Note [Grad mode in the compiled forward])
-        inputs=_detached(request.inputs, request.fake_mode),
+        inputs=_detached(request.inputs, request.fake_mode) if forward_inputs is None else forward_inputs,
         grad_enabled=False,
         label="forward",
     )
