@@ -42,6 +42,7 @@ from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.stage import CompiledFn
 from conveyor.runtime import cache, dynamo_graphs, recompiles
 from conveyor.runtime.entries import EntryCache
+from conveyor.runtime.stored_graphs import Graphs
 from conveyor.runtime.subclass_joint import compile_program
 
 
@@ -58,11 +59,12 @@ class DynamoEntry:
 
     :ivar compiled: the compiled graph (``None``: the graph runs as dynamo
         made it, warned: Note [Functions behind dynamo] and the like).
-    :ivar graphs: the stage graphs (``conveyor.last_graphs``).
+    :ivar stage_graphs: the stage graphs (``conveyor.last_graphs``; Note
+        [Stage graphs loaded on demand]).
     """
 
     compiled: CompiledFn | None
-    graphs: tuple[StageGraph, ...] = ()
+    stage_graphs: Graphs = ()
 
 
 class DynamoCompiled:
@@ -186,7 +188,7 @@ class DynamoCompiled:
     def __call__(self, *args: Any) -> Sequence[Any]:
         signature = CallSignature.of(args)  # Note [The call signature]: one storage scan per call
         entry = self._lowered if self._holds_lowered(signature) else self._static_entry(signature, args)
-        self.piece.last = (dynamo_graphs.ticks(), entry.graphs)
+        self.piece.last = (dynamo_graphs.ticks(), entry.stage_graphs)
         run = entry.compiled
         if run is None:
             return self.gm(*args)  # type: ignore[no-any-return]

@@ -5,9 +5,11 @@ What is stored is what ``Pipeline.compile`` returns for one request: the
 run-time callable (the stages' plans, the final graphs, a backend's
 program) and the graph after each stage (so ``conveyor.last_graphs`` works
 after a load), pickled by :mod:`conveyor.protocol.artifacts` (Note [Picklable
-run-time callables]). The core names no stage: a program whose callable
-cannot be pickled is simply not stored (a debug message in the
-``conveyor.runtime.disk_cache`` log names the object).
+run-time callables]); the stage graphs as a pickle of their own, unpickled
+only when asked for (Note [Stage graphs loaded on demand] in
+:mod:`conveyor.runtime.stored_graphs`). The core names no stage: a program
+whose callable cannot be pickled is simply not stored (a debug message in
+the ``conveyor.runtime.disk_cache`` log names the object).
 
 Note [Disk cache entries]: one file per key (:mod:`conveyor.runtime.disk_key`),
 ``<cache_dir>/<key[:2]>/<key>.program``: a header (magic, format version,
@@ -40,14 +42,17 @@ from conveyor.protocol import artifacts, structured_trace
 from conveyor.protocol.config import Config
 from conveyor.protocol.stage import CompiledFn, Request
 from conveyor.protocol.stamps import StageGraph
-from conveyor.runtime import disk_key
+from conveyor.runtime import disk_key, stored_graphs
 from conveyor.runtime.files import may_read, may_write, user_cache_dir, write_atomic
+from conveyor.runtime.stored_graphs import Graphs, StoredGraphs
 
 log = logging.getLogger("conveyor.disk_cache")
 #: hits and misses, at INFO (Note [Recompile reasons] in ``conveyor.runtime.recompiles``)
 info = logging.getLogger("conveyor")
 
 Compiled = tuple[CompiledFn, tuple[StageGraph, ...]]
+#: a program loaded or compiled: its stage graphs may still be pickled
+Loaded = tuple[CompiledFn, Graphs]
 
 _MAGIC = b"conveyor-program\n"
 _KEY = len(_MAGIC) + 4  # where the key's 32 bytes start
@@ -65,7 +70,7 @@ def cache_dir(config: Config) -> Path:
     return Path(config.cache_dir) if config.cache_dir else default_dir()
 
 
-def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request], Compiled]) -> Compiled:
+def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request], Compiled]) -> Loaded:
     """``compile(request)``, or the program a process compiled before for the
     same key, loaded from disk (Note [Disk cache entries])."""
     config: Config = pipeline.config
@@ -79,7 +84,7 @@ def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request],
     found = load(path, request, key)
     if found is not None:
         info.info("disk cache hit %s: loaded %s", key[:12], path)
-        structured_trace.emit_graphs(found[1])  # Note [Structured trace]: the stamps stored with it
+        stored_graphs.emit(found[1], str(path))  # Note [Structured trace]: the stamps stored with it
         return found
     info.info("disk cache miss %s: compiling the %s", key[:12], request.label)
     caught: list[warnings.WarningMessage] = []
@@ -104,7 +109,7 @@ def _root(path: Path) -> Path:
     return path.parent.parent
 
 
-def load(path: Path, request: Request, key: str) -> Compiled | None:
+def load(path: Path, request: Request, key: str) -> tuple[CompiledFn, StoredGraphs] | None:
     """The entry for ``key`` at ``path``; ``None`` when there is none, when a
     folder on its way or the entry is not the user's alone (Note [Caches only
     the user can write]: one warning), or when it is corrupt, stale or
@@ -133,12 +138,20 @@ def store(path: Path, result: Compiled, key: str) -> bool:
     ``False`` (logged) when it cannot be pickled or written, or when a folder
     on its way is not the user's alone (Note [Caches only the user can
     write]: one warning)."""
-    try:
-        payload = artifacts.dumps(result)
+    compiled, graphs = result
+    inputs = sum(1 for n in graphs[0].graph.graph.nodes if n.op == "placeholder") if graphs else 0
+    try:  # Note [Stage graphs loaded on demand]: a pickle of their own
+        names = tuple(structured_trace.artifact_name(g) for g in graphs)
+        payload = artifacts.dumps((compiled, inputs, names, artifacts.dumps(graphs)))
     except artifacts.Unpicklable as exc:
         log.debug("not stored (cannot pickle the compiled program): %s", exc)
         return False
-    header = (_MAGIC, disk_key.FORMAT_VERSION.to_bytes(4, "little"), bytes.fromhex(key), hashlib.sha256(payload).digest())
+    header = (
+        _MAGIC,
+        disk_key.FORMAT_VERSION.to_bytes(4, "little"),
+        bytes.fromhex(key),
+        hashlib.sha256(payload).digest(),
+    )
     data = b"".join((*header, payload))
     if not may_write(_root(path), path, _WHAT):
         return False
@@ -151,31 +164,34 @@ def store(path: Path, result: Compiled, key: str) -> bool:
     return True
 
 
-def _decode(data: bytes, request: Request, key: str) -> Compiled:
+def _decode(data: bytes, request: Request, key: str) -> tuple[CompiledFn, StoredGraphs]:
     if len(data) < _HEADER or not data.startswith(_MAGIC):
         raise ValueError("not a conveyor program file (truncated or garbled header)")
     version = int.from_bytes(data[len(_MAGIC) : _KEY], "little")
     if version != disk_key.FORMAT_VERSION:
         raise ValueError(f"format version {version}, this conveyor writes {disk_key.FORMAT_VERSION}")
     if data[_KEY : _KEY + 32] != bytes.fromhex(key):
-        raise ValueError(f"recorded for key {data[_KEY : _KEY + 32].hex()[:12]}, not {key[:12]} (a copied or renamed entry)")
+        raise ValueError(
+            f"recorded for key {data[_KEY : _KEY + 32].hex()[:12]}, not {key[:12]} (a copied or renamed entry)"
+        )
     digest, payload = data[_KEY + 32 : _HEADER], data[_HEADER:]
     if hashlib.sha256(payload).digest() != digest:
         raise ValueError("checksum mismatch (truncated or garbled payload)")
     result = artifacts.loads(payload)
     if not (
         isinstance(result, tuple)
-        and len(result) == 2
+        and len(result) == 4
         and callable(result[0])
-        and isinstance(result[1], tuple)
-        and result[1]
-        and all(isinstance(g, StageGraph) for g in result[1])
+        and isinstance(result[1], int)
+        and isinstance(result[2], tuple)
+        and all(isinstance(name, str) for name in result[2])
+        and isinstance(result[3], bytes)
     ):
         raise ValueError(f"unexpected content {type(result).__name__}")
-    placeholders = sum(1 for n in result[1][0].graph.graph.nodes if n.op == "placeholder")
-    if placeholders != len(request.inputs):
-        raise ValueError(f"the stored program takes {placeholders} inputs, the request has {len(request.inputs)}")
-    return result  # type: ignore[no-any-return]
+    compiled, inputs, names, graphs = result
+    if inputs != len(request.inputs):
+        raise ValueError(f"the stored program takes {inputs} inputs, the request has {len(request.inputs)}")
+    return compiled, StoredGraphs(graphs, names, f"entry {key[:12]}")
 
 
 def _reemit(caught: list[warnings.WarningMessage]) -> None:

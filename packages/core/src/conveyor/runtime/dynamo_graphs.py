@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from conveyor.protocol.stamps import StageGraph
+from conveyor.runtime.stored_graphs import Graphs, resolve
 
 #: a tick per call of a compiled graph (which graph ran last, and in what order)
 ticks: Callable[[], int] = itertools.count().__next__
@@ -76,7 +77,7 @@ class Piece:
     """
 
     origin: Origin | None
-    last: tuple[int, tuple[StageGraph, ...]] | None = None
+    last: tuple[int, Graphs] | None = None
     order: int = field(default_factory=lambda: next(_created))
 
 
@@ -155,14 +156,14 @@ def graphs_of(obj: Any) -> tuple[StageGraph, ...]:
     entry = owned[0].origin
     assert entry is not None
     # latest run per frame code (a recompile replaces the graph it guards out)
-    latest: dict[types.CodeType, tuple[int, tuple[StageGraph, ...]]] = {}
+    latest: dict[types.CodeType, tuple[int, Graphs]] = {}
     for p in ran:
         assert p.origin is not None and p.last is not None
         if p.origin.code not in latest or latest[p.origin.code][0] < p.last[0]:
             latest[p.origin.code] = p.last
     start = latest[entry.code][0] if entry.code in latest else min(t for t, _ in latest.values())
-    calls = sorted(run for run in latest.values() if run[0] >= start)
-    return tuple(g for _, graphs in calls for g in graphs)
+    calls = sorted((run for run in latest.values() if run[0] >= start), key=lambda run: run[0])
+    return tuple(g for _, graphs in calls for g in resolve(graphs))
 
 
 def last_run() -> tuple[StageGraph, ...]:
@@ -171,7 +172,7 @@ def last_run() -> tuple[StageGraph, ...]:
     runs = [p.last for p in list(_pieces.values()) if p.last is not None]
     if not runs:
         raise ValueError("last_graphs: nothing has been compiled by torch.compile(backend='conveyor') yet")
-    return max(runs, key=lambda r: r[0])[1]
+    return resolve(max(runs, key=lambda r: r[0])[1])
 
 
 def _name(target: Any) -> str:

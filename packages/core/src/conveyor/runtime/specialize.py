@@ -44,6 +44,7 @@ from conveyor.protocol.stage import CompiledFn
 from conveyor.runtime import dynamic_shapes, recompiles
 from conveyor.runtime.entries import EntryCache
 from conveyor.runtime.recompiles import CallKey
+from conveyor.runtime.stored_graphs import Graphs, resolve
 from conveyor.runtime.subclass_joint import compile_program
 
 
@@ -53,7 +54,8 @@ class Entry:
 
     compiled: CompiledFn
     layout: CallLayout
-    graphs: tuple[StageGraph, ...]
+    #: the stage graphs (``graphs``; Note [Stage graphs loaded on demand])
+    stage_graphs: Graphs
     backend: str
     #: tensors the program closes over, passed after the flat arguments
     closure: tuple[torch.Tensor, ...] = ()
@@ -63,6 +65,11 @@ class Entry:
     guards: dynamic_shapes.Guards | None = None
     #: what runs in place of a compiled program, when ``eager`` (the original, if ``None``)
     run: Callable[..., Any] | None = None
+
+    @property
+    def graphs(self) -> tuple[StageGraph, ...]:
+        """The stage graphs (``conveyor.last_graphs``)."""
+        return resolve(self.stage_graphs)
 
 
 @dataclass(frozen=True)

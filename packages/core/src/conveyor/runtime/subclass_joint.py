@@ -49,9 +49,10 @@ from conveyor.frontend.subclasses import (
     outer_inputs,
     rebuild,
 )
-from conveyor.protocol.pipeline import Pipeline, StageGraph
+from conveyor.protocol.pipeline import Pipeline
 from conveyor.protocol.stage import CompiledFn, Request
 from conveyor.runtime import disk_cache
+from conveyor.runtime.stored_graphs import Graphs
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ def _inner_tangents(boundary: Boundary, plan: Backward, grads: Sequence[Any]) ->
 
 def compile_program(
     pipeline: Pipeline, traced: Traced, fakes: Sequence[Any], fake_mode: Any
-) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
+) -> tuple[CompiledFn, Graphs]:
     """Compile a traced program for the fake (outer) inputs it was captured
     for: as it is without tensor subclasses; over their inner tensors with
     subclasses rebuilt around it (Note [Tensor subclasses]); as a forward and
