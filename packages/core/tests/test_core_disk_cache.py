@@ -197,7 +197,15 @@ def test_a_checkout_imported_before_the_editable_source_is_fingerprinted(
     shadowed = disk_key._imported_fingerprint(source)
     assert shadowed != installed
     (worktree / name / "__init__.py").write_text("x = 22\n")
-    assert disk_key._imported_fingerprint(source) != shadowed
+    edited = disk_key._imported_fingerprint(source)
+    assert edited != shadowed
+    # every top-level name shadowed: the install's files are not run, an edit there changes nothing
+    (source / name / "__init__.py").write_text("x = 333\n")
+    assert disk_key._imported_fingerprint(source) == edited
+    # a second top-level name imported from the install: its folder is fingerprinted again
+    (source / "conveyor_fingerprint_other.py").write_text("y = 1\n")
+    both = disk_key._imported_fingerprint(source)
+    assert both[0] == disk_key._fingerprint(source) and both[1:] == edited
     assert name not in sys.modules  # looked up, not imported
 
 

@@ -309,13 +309,22 @@ def _imported_fingerprint(source: Path) -> tuple[str, ...]:
     the source folder is looked up as the import system finds it (the module
     already imported, else ``importlib.util.find_spec``, which imports nothing
     for a top-level name), and any location outside the folder is
-    fingerprinted too, by its path and its files."""
-    parts = [_fingerprint(source)]
-    for name in _top_level_names(source):
-        for location in _import_locations(name):
-            if location != source and source not in location.parents:
-                parts.append(_fingerprint(location))
-    return tuple(parts)
+    fingerprinted too, by its path and its files. The folder itself is
+    fingerprinted unless every one of its top-level names is imported from
+    elsewhere: then none of its files is run, and an edit there (another
+    engineer's, while a worktree is measured) must not change the key."""
+    outside: list[str] = []
+    used = False  # whether anything may be imported from the source folder itself
+    names = _top_level_names(source)
+    for name in names:
+        locations = _import_locations(name)
+        used = used or not locations  # not found: keep the folder (conservative)
+        for location in locations:
+            if location == source or source in location.parents:
+                used = True
+            else:
+                outside.append(_fingerprint(location))
+    return (_fingerprint(source), *outside) if used or not names else tuple(outside)
 
 
 def _top_level_names(source: Path) -> list[str]:
