@@ -38,6 +38,16 @@ process's CPU time (one thread: on an idle machine the two agree).
 Ratios are against ``torch.compile(m)``; the last lines count Inductor's FX
 graph cache hits, misses and bypasses of each first-call process.
 
+Note [Bytecode of a warm run]: a warm first call is a user's second run, and
+that run finds Python's bytecode cache filled too: torch's ``.pyc`` files
+were written when it was installed, conveyor's (an editable install here)
+when the first process imported it. A process that may not write bytecode
+(``PYTHONDONTWRITEBYTECODE``, set in some environments) compiles every
+conveyor module from source each time, about 0.1 s of each conveyor first
+call that torch's modules never cost. So the warm processes may write and
+read it (next to the sources, in ``__pycache__``, as any Python does); cold
+runs keep the environment's setting.
+
 Note [Side by side]: per-call times measured one variant after another, each
 in its own process, compare one stretch of the machine's load with another.
 On a shared machine that is most of the difference: the same code measured
@@ -191,6 +201,7 @@ def _child(args: list[str], cache_dir: str, warm: bool = False) -> Any:
     env["CONVEYOR_CACHE"] = "0"
     if warm:  # conveyor's disk cache beside Inductor's, as AOTAutograd's cache serves torch.compile(m)
         env.update(CONVEYOR_CACHE="1", CONVEYOR_CACHE_DIR=os.path.join(cache_dir, "conveyor"))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # Note [Bytecode of a warm run]
     out = subprocess.run([sys.executable, __file__, *args], env=env, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
