@@ -34,6 +34,7 @@ from conveyor import Pipeline, StageGraph
 from torch._dynamo import external_utils
 
 from conveyor_compiled_autograd.callbacks import collecting
+from conveyor_compiled_autograd.inplace import addable
 from conveyor_compiled_autograd.plan import Plan, plan
 from conveyor_compiled_autograd.program import STAGE, SegmentProgram
 from conveyor_compiled_autograd.straight import ints, straight_line
@@ -70,7 +71,7 @@ class CompiledBackward:
         unwrap = getattr(external_utils, "unwrap_maybe_dynamic_int", None)  # a size, passed as empty(0, n)
         stealable = _stealable(self.plan, set(self.programs))
         # Note [The backward as one function]
-        self._run = straight_line(gm, self.plan, self.programs, stealable, unwrap, _final_callbacks_stub())
+        self._run = straight_line(gm, self.plan, self.programs, stealable, unwrap, _final_callbacks_stub(), frozenset(addable(self.plan)))
 
     @property
     def graphs(self) -> tuple[StageGraph, ...]:

@@ -23,7 +23,9 @@ with a local per value, dropped (``x = None``) right after its last reader:
   copied as they are, in plan order; the final-callbacks stub runs the
   queued callbacks;
 * a run of accumulations that may steal (Note [Stealing a fresh gradient])
-  is one call of :class:`Accumulations`, in graph order.
+  is one call of :class:`Accumulations`, and a run of accumulations into
+  current gradients one call of :class:`InPlaceAccumulations` (Note
+  [Gradients added in place at once]), in graph order.
 
 The order of the steps, what each computes and when a value is released
 are the plan's (FX drops a value after its last reader, as the plan's free
@@ -42,6 +44,7 @@ import torch
 import torch.fx
 
 from conveyor_compiled_autograd.accumulate import Accumulations
+from conveyor_compiled_autograd.inplace import InPlaceAccumulations
 from conveyor_compiled_autograd.plan import Plan
 
 
@@ -52,12 +55,14 @@ def straight_line(
     stealable: set[torch.fx.Node],
     unwrap: Any,
     stub: Any,
+    addable: frozenset[torch.fx.Node] = frozenset(),
 ) -> Callable[..., Any]:
     """``(inputs, sizes, scalars, hooks, packed, collector) -> outputs``,
     running ``plan`` (Note [The backward as one function]). ``programs``:
     the compiled segments by ``id``; ``stealable``: the accumulations that
     may steal; ``unwrap``, ``stub``: torch's size unwrapper and
-    final-callbacks stub (or ``None``)."""
+    final-callbacks stub (or ``None``); ``addable``: the accumulations into
+    a current gradient (Note [Gradients added in place at once])."""
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -68,6 +73,7 @@ def straight_line(
     fresh: dict[torch.fx.Node, torch.fx.Node] = {}  # a segment output -> whether it is fresh
     cleared = False
     pending: list[torch.fx.Node] = []  # a run of stealing accumulations not yet emitted
+    adding: list[torch.fx.Node] = []  # a run of in-place accumulations not yet emitted
 
     def flush() -> None:
         if pending:
@@ -75,9 +81,15 @@ def straight_line(
             run = Accumulations([a.target for a in pending], [a.args[3] for a in pending], own_references())
             graph.call_function(run, ([v for triple in args for v in triple],))
             pending.clear()
+        if adding:  # Note [Gradients added in place at once]
+            values = [env[v] for a in adding for v in a.args[:3]]  # type: ignore[index]
+            graph.call_function(InPlaceAccumulations([a.target for a in adding]), (values,))
+            adding.clear()
 
     for kind, item in plan.steps:
-        if kind != "opaque" or item not in stealable:
+        steals = kind == "opaque" and item in stealable
+        adds = kind == "opaque" and item in addable
+        if not ((steals and not adding) or (adds and not pending)):  # a step that ends the run (order kept)
             flush()
         if kind == "plumbing":
             source = item.args[0] if item.args else None
@@ -105,6 +117,8 @@ def straight_line(
             graph.call_function(_run_pending, (collector,))
         elif item in stealable:
             pending.append(item)
+        elif item in addable:
+            adding.append(item)
         else:
             env[item] = graph.node_copy(item, env.__getitem__)
     flush()
