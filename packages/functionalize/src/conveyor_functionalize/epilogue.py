@@ -17,7 +17,7 @@ they see the caller's storage exactly as eager's outputs do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, cast
 
@@ -104,15 +104,21 @@ class OutputRecipe:
     :ivar source: see :class:`Source`.
     :ivar index: inner output, input or user output, per ``source``.
     :ivar view: for views, how to rebuild it from what it views.
+    :ivar strides: for an inner output, eager's strides where the
+        functional graph lays it out otherwise (Note [Outputs written into
+        gapped buffers]), else ``None``.
     """
 
     source: Source
     index: int
     view: ViewRecipe | None = None
+    strides: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.source in _VIEWS) != (self.view is not None):
             raise ValueError(f"OutputRecipe: {self.source.value} {'needs' if self.source in _VIEWS else 'takes no'} view")
+        if self.strides is not None and self.source is not Source.INNER:
+            raise ValueError(f"OutputRecipe: {self.source.value} takes no strides")
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,7 @@ class EpiloguePlan:
         return (
             not self.mutations
             and self.num_inner_outputs == len(self.outputs)
-            and all(r.source is Source.INNER and r.index == k for k, r in enumerate(self.outputs))
+            and all(r.source is Source.INNER and r.index == k and r.strides is None for k, r in enumerate(self.outputs))
         )
 
     @staticmethod
@@ -158,6 +164,20 @@ class EpiloguePlan:
             _recipe(OutputIdx(k), meta, run, layout, inputs, k in no_grad_views) for k in range(len(meta.outputs))
         )
         return EpiloguePlan(mutations, outputs, layout.num_outputs)
+
+    def with_eager_strides(self, eager: Sequence[Any], functional: Sequence[Any]) -> EpiloguePlan:
+        """The plan with eager's strides for each inner output the
+        functional graph lays out otherwise, where eager's layout is one
+        the functional graph cannot give (Note [Outputs written into gapped
+        buffers]). ``eager``: the captured graph's output values, per user
+        output; ``functional``: the functional graph's, per inner output."""
+        if len(eager) != len(self.outputs):
+            return self
+        outputs = tuple(
+            replace(r, strides=_gapped_strides(eager[k], functional[r.index])) if r.source is Source.INNER else r
+            for k, r in enumerate(self.outputs)
+        )
+        return self if outputs == self.outputs else replace(self, outputs=outputs)
 
     def wrap(self, inner: CompiledFn) -> CompiledFn:
         """The stage's compiled callable around the inner one (the inner one
@@ -221,6 +241,36 @@ def _recipe(
             view = ViewRecipe.of(out, run.f_outputs[info.index], what, requires_grad=rg, may_replay=True)
             return OutputRecipe(Source.OUTPUT_VIEW, info.index, view.taken_under_no_grad() if no_grad else view)
     raise AssertionError(f"unhandled output kind {info.kind}")
+
+
+def _gapped_strides(eager: Any, functional: Any) -> tuple[int, ...] | None:
+    """Note [Outputs written into gapped buffers]: a program that writes a
+    result into a buffer it made with gaps between its elements
+    (``torch.empty_strided(x.size(), x.stride())`` of a sliced ``x``, then
+    ``r[:] = ...`` or ``r.copy_(...)``) returns that buffer, gaps included;
+    the functional graph computes the written value as a new tensor, which
+    no functional op lays out with gaps (``copy``'s spelling keeps a dense
+    ``self``'s memory order, Note in ``decompositions``). Such an output is
+    copied into a buffer of eager's strides at run time: eager's strides
+    when eager's value (the capture's) is fresh in a storage of its own
+    (offset 0), does not overlap itself and is not dense, with concrete
+    sizes, and the functional graph's differs."""
+    if not (isinstance(eager, torch.Tensor) and isinstance(functional, torch.Tensor)):
+        return None
+    if eager.layout is not torch.strided or functional.layout is not torch.strided:
+        return None
+    try:
+        size, strides = tuple(int(n) for n in eager.size()), tuple(int(st) for st in eager.stride())
+        same = size == tuple(int(n) for n in functional.size()) and strides == tuple(int(st) for st in functional.stride())
+        offset = int(eager.storage_offset())
+    except (TypeError, ValueError, RuntimeError):  # symbolic: not handled
+        return None
+    if same or offset != 0 or overlaps_itself(eager):
+        return None
+    reach = span(size, strides)
+    if reach == eager.numel() or eager.untyped_storage().nbytes() != reach * eager.element_size():
+        return None  # dense, or not a buffer of its own: the functional layout stands
+    return strides
 
 
 def _grow_storage(x: torch.Tensor, sizes: tuple[int, ...], strides: tuple[int, ...], offset: int) -> None:
@@ -296,7 +346,10 @@ def _runtime(plan: EpiloguePlan, inner: CompiledFn) -> CompiledFn:
             r = recipes[k]
             source = r.source
             if source is Source.INNER:
-                outs[k] = inner_outs[r.index]
+                out = inner_outs[r.index]
+                if r.strides is not None:  # Note [Outputs written into gapped buffers]
+                    out = torch.empty_strided(out.size(), r.strides, dtype=out.dtype, device=out.device).copy_(out)
+                outs[k] = out
             elif source is Source.INNER_LEAF:
                 outs[k] = inner_outs[r.index].detach().requires_grad_()
             elif source is Source.INPUT:

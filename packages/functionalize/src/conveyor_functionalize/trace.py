@@ -44,7 +44,17 @@ def functional_lowering(request: Request, graph: torch.fx.GraphModule, plan: Epi
     left = writing_nodes(graph)
     if left:
         raise StageError(STAGE, f"cannot functionalize {left[0].target}: the traced graph still writes with it")
+    plan = plan.with_eager_strides(output_values(request.graph), output_values(graph))
     return Lowering((request.replace(graph=graph),), plan.wrap)
+
+
+def output_values(graph: torch.fx.GraphModule) -> list[Any]:
+    """The values ``graph`` returns, as its trace recorded them."""
+    output = next(iter(reversed(graph.graph.nodes)))
+    returned = output.args[0] if output.args else ()
+    if not isinstance(returned, (tuple, list)):
+        returned = (returned,)
+    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in returned]
 
 
 #: the layout of the traced graph's outputs, from the trace's functional run
