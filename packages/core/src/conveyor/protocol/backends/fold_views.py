@@ -30,6 +30,7 @@ import copy
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor.analysis.schema import writes
 
@@ -71,7 +72,7 @@ def fold_transpose_pairs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         graph.erase_node(outer)
         if not inner.users:
             graph.erase_node(inner)
-    return torch.fx.GraphModule(gm, graph)
+    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
 def linear_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -94,7 +95,7 @@ def linear_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         node.replace_all_uses_with(linear)
         graph.erase_node(node)
         graph.erase_node(transposed)  # type: ignore[arg-type]
-    return torch.fx.GraphModule(gm, graph)
+    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
 def _linear_pattern(node: torch.fx.Node) -> bool:
@@ -140,7 +141,7 @@ def keepdim_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         view.replace_all_uses_with(dropped)
         graph.erase_node(view)
         graph.erase_node(total)
-    return torch.fx.GraphModule(gm, graph)
+    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
 def _keepdim_pattern(node: torch.fx.Node) -> bool:

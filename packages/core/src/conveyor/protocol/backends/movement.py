@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor.analysis.schema import writes
 
@@ -233,4 +234,4 @@ def collapse_movement(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             graph.erase_node(dead)
             del by_name[dead.name]
     graph.lint()
-    return torch.fx.GraphModule(gm, graph)
+    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]

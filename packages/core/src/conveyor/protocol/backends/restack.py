@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor.analysis.schema import writes
 from conveyor.protocol.backends.movement import (
@@ -174,7 +175,7 @@ def stack_copies(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             graph.erase_node(dead)
         graph.erase_node(stack)
     graph.lint()
-    return torch.fx.GraphModule(gm, graph)
+    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
 def _stacked_shape(stack: torch.fx.Node, new: int) -> tuple[int, ...]:
