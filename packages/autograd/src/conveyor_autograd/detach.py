@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 import torch
+from conveyor.stage_api import symbolic_layout
 from torch._subclasses.fake_tensor import FakeTensor
 
 try:
@@ -59,9 +60,7 @@ def _fast(t: torch.Tensor, fake_mode: Any) -> bool:
         and getattr(t, "real_tensor", None) is None
         and getattr(t, "constant", None) is None
         and t.layout is torch.strided  # a sparse layout has no strides to read
-        and not _symbolic_layout(t)
+        and not symbolic_layout(t)
     )
 
 
-def _symbolic_layout(t: torch.Tensor) -> bool:
-    return any(isinstance(d, torch.SymInt) for d in (*t.size(), *t.stride(), t.storage_offset()))

@@ -41,6 +41,7 @@ from conveyor.analysis.schema import (
     written_positions,
 )
 from conveyor.analysis.signature import CallSignature, storage_id
+from conveyor.analysis.symbolic import symbolic_layout
 from conveyor.errors import DataDependentError, StageError, SymbolicSizesUnsupported
 from conveyor.frontend.capture import retrace
 from conveyor.protocol.artifacts import reducible
@@ -104,6 +105,7 @@ __all__ = [
     "stamp",
     "storage_id",
     "swaps_storage",
+    "symbolic_layout",
     "timed_step",
     "user_cache_dir",
     "warn_eager",

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import Lowering, Request
-from conveyor.stage_api import GRAD_META, FunctionalRun, is_view, writes, written_positions
+from conveyor.stage_api import GRAD_META, FunctionalRun, is_view, symbolic_layout, writes, written_positions
 
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
@@ -119,7 +119,4 @@ def _may_keep_identity(graph: torch.fx.Graph) -> bool:
 def _symbolic(value: Any) -> bool:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return True
-    if not isinstance(value, torch.Tensor):
-        return False
-    layout = (*value.size(), *value.stride(), value.storage_offset()) if value.layout is torch.strided else value.size()
-    return any(isinstance(d, torch.SymInt) for d in layout)
+    return isinstance(value, torch.Tensor) and symbolic_layout(value)

@@ -22,6 +22,7 @@ from typing import Any
 import conveyor
 import torch
 from conveyor import CompiledFn, Request
+from conveyor.stage_api import symbolic_layout
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 #: specializations kept per graph (a long decode loop sees a new length per token)
@@ -34,15 +35,9 @@ def is_symbolic(request: Request) -> bool:
     for x in request.inputs:
         if isinstance(x, torch.SymInt | torch.SymFloat | torch.SymBool):
             return True
-        if isinstance(x, torch.Tensor) and _has_symbols(x):
+        if isinstance(x, torch.Tensor) and symbolic_layout(x):
             return True
     return False
-
-
-def _has_symbols(t: torch.Tensor) -> bool:
-    if t.layout is not torch.strided:  # sparse tensors have no strides (their nodes run as aten)
-        return any(isinstance(s, torch.SymInt) for s in t.shape)
-    return any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride(), t.storage_offset()))
 
 
 class PerSizes:
