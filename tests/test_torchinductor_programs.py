@@ -1,0 +1,106 @@
+"""PyTorch's Inductor and functionalization test programs through conveyor
+(``torchinductor_programs.py``), checked against eager by ``conveyor.testing.check``
+on both entry points (``conveyor.compile``, ``torch.compile(backend="conveyor")``).
+
+Default run: a representative set of mutation / view / indexing programs with the
+eager backend (with and without grad) and one through the inductor backend.
+Slow (``--runslow``): every program, both entries, eager and inductor backends.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conveyor.errors import StageError
+
+sys.path.insert(0, str(Path(__file__).parent))
+import torchinductor_programs as tp  # noqa: E402
+
+#: programs whose grad variant is not checked, and why
+NO_GRAD = {
+    # eager's own derivative is wrong (tests/opinfo_pipeline_sweep.py's DEVIATIONS)
+    "as_strided_scatter_self_overlap_free": "torch's as_strided_scatter derivative is wrong; conveyor's passes gradcheck",
+}
+
+#: programs whose backward eager runs only to raise in it: conveyor (like
+#: torch.compile(backend="aot_eager")) raises the same error when it compiles, at the call
+GRAD_REFUSED = {
+    "scatter6": "derivative for aten::scatter is not implemented",
+}
+
+REPRESENTATIVE = [
+    "add_inplace_permuted",
+    "slice_mutation1",
+    "index_put3",
+    "scatter_add_inplace_view",
+    "functionalization_everything",
+    "functionalization_view_inplace",
+    "as_strided_inplace_input",
+    "regression_addcmul_inplace_value",
+    "regression_exact_stride",
+]
+
+
+def _grads(name: str) -> list[bool]:
+    return [False, True] if tp.has_float_input(name) and name not in NO_GRAD else [False]
+
+
+def _cases(names: list[str]) -> list[Any]:
+    return [pytest.param(n, g, id=f"{n}-{'grad' if g else 'nograd'}") for n in names for g in _grads(n)]
+
+
+def _run(name: str, entry: str, backend: str, grad: bool) -> None:
+    if grad and name in GRAD_REFUSED:
+        # loud, at the call: a StageError (behind dynamo, wrapped by dynamo's BackendCompilerFailed)
+        with pytest.raises(Exception, match=GRAD_REFUSED[name]) as info:
+            tp.run(name, entry, backend, grad)
+        assert isinstance(info.value, StageError) or isinstance(info.value.__cause__, StageError)
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="conveyor: running", category=UserWarning)
+        tp.run(name, entry, backend, grad)
+
+
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
+@pytest.mark.parametrize(("name", "grad"), _cases(REPRESENTATIVE))
+def test_representative_program(name: str, grad: bool, entry: str) -> None:
+    _run(name, entry, "eager", grad)
+
+
+def test_representative_program_through_inductor() -> None:
+    _run("slice_mutation3", "conveyor", "inductor", True)
+
+
+def test_dynamo_addcdiv_with_value_keeps_the_gradient() -> None:
+    """Dynamo spells ``addcdiv_(.., value=)`` as ``prims.fma`` + ``copy_``: the
+    custom op's result written into the input kept no gradient (fixed in cd52d2a)."""
+    _run("regression_addcdiv_inplace_value", "dynamo", "eager", True)
+
+
+def test_programs_are_many_and_named_once() -> None:
+    assert len(tp.PROGRAMS) >= 150
+    assert set(REPRESENTATIVE) <= set(tp.PROGRAMS)
+    assert set(NO_GRAD) | set(GRAD_REFUSED) <= set(tp.PROGRAMS)
+
+
+#: Note [Layouts in the inductor backend]: where torch's Inductor does not honour
+#: user_visible_output_idxs, a graph whose outputs it would lay out otherwise is a
+#: documented, loud refusal (a StageError saying so), not a wrong result
+_LAYOUT_REFUSAL = "does not honour user_visible_output_idxs"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
+@pytest.mark.parametrize(("name", "grad"), _cases(sorted(tp.PROGRAMS)))
+def test_every_program(name: str, grad: bool, entry: str, backend: str) -> None:
+    try:
+        _run(name, entry, backend, grad)
+    except Exception as exc:
+        if backend == "inductor" and _LAYOUT_REFUSAL in str(exc):
+            pytest.skip(f"documented refusal: {str(exc).splitlines()[0][:200]}")
+        raise
