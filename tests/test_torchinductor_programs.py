@@ -81,10 +81,27 @@ def test_dynamo_addcdiv_with_value_keeps_the_gradient() -> None:
     _run("regression_addcdiv_inplace_value", "dynamo", "eager", True)
 
 
+#: programs conveyor.compile gets wrong (silently) and torch.compile(backend="conveyor") gets right
+CONVEYOR_ENTRY_WRONG = {
+    "functions_tensor_new_with_size": "frontend/closure.py _RealTensors rebuilds arguments with pytree, which makes "
+    "a torch.Size a tuple: Tensor.new(tuple) reads it as data (shape [2], eager [2, 3])",
+    "functions_type_check": "capture runs the program's Python on FakeTensors: type(x) is not torch.Tensor",
+    "functions_is_fx_tracing": "make_fx's tracing flag is set while capture runs the program: is_fx_tracing() is True",
+}
+
+
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
+@pytest.mark.parametrize("name", sorted(CONVEYOR_ENTRY_WRONG))
+def test_program_reading_python_state(name: str, entry: str, request: pytest.FixtureRequest) -> None:
+    if entry == "conveyor":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=CONVEYOR_ENTRY_WRONG[name]))
+    _run(name, entry, "eager", False)
+
+
 def test_programs_are_many_and_named_once() -> None:
     assert len(tp.PROGRAMS) >= 150
     assert set(REPRESENTATIVE) <= set(tp.PROGRAMS)
-    assert set(NO_GRAD) | set(GRAD_REFUSED) <= set(tp.PROGRAMS)
+    assert set(NO_GRAD) | set(GRAD_REFUSED) | set(CONVEYOR_ENTRY_WRONG) <= set(tp.PROGRAMS)
 
 
 #: Note [Layouts in the inductor backend]: where torch's Inductor does not honour
@@ -97,7 +114,9 @@ _LAYOUT_REFUSAL = "does not honour user_visible_output_idxs"
 @pytest.mark.parametrize("backend", ["eager", "inductor"])
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
 @pytest.mark.parametrize(("name", "grad"), _cases(sorted(tp.PROGRAMS)))
-def test_every_program(name: str, grad: bool, entry: str, backend: str) -> None:
+def test_every_program(name: str, grad: bool, entry: str, backend: str, request: pytest.FixtureRequest) -> None:
+    if entry == "conveyor" and name in CONVEYOR_ENTRY_WRONG:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=CONVEYOR_ENTRY_WRONG[name]))
     try:
         _run(name, entry, backend, grad)
     except Exception as exc:

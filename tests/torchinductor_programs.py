@@ -821,3 +821,24 @@ def run(name: str, entry: str, backend: str, grad: bool) -> None:
 def has_float_input(name: str) -> bool:
     torch.manual_seed(0)
     return with_grad(PROGRAMS[name][1]()) is not None
+
+
+# -- from test/dynamo/test_functions.py (strict xfails on the conveyor.compile entry) ---------
+
+
+@program("functions_tensor_new_with_size", randn((10,)))
+def _tensor_new_with_size(x):
+    # test_tensor_new_with_size: Tensor.new(torch.Size) makes a tensor of that shape (bug E1)
+    return x.new(torch.Size([2, 3])).fill_(2.0) + x.sum()
+
+
+@program("functions_type_check", randn((10,)))
+def _type_check(x):
+    # test_fstrings3 reads x.__class__.__name__ (bug E2)
+    return x + 1 if type(x) is torch.Tensor else x - 1
+
+
+@program("functions_is_fx_tracing", randn((10,), (10,)))
+def _is_fx_tracing(x, y):
+    # test_is_fx_tracing (bug E3)
+    return x - 1 if torch.fx._symbolic_trace.is_fx_tracing() else y + 1
