@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from conveyor import Lowering, Request, StageSpec, hookimpl
 
+from conveyor_functionalize.absolute_offsets import REASON as AS_STRIDED_REASON
+from conveyor_functionalize.absolute_offsets import as_strided_of_part
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, EAGER_KERNELS
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
@@ -56,6 +58,8 @@ class Functionalize:
             return eager_lowering(request, STAGE, [], f"{maker.target} with grad: {SPARSE_COMPRESSED_REASON}")
         if _nothing_to_do(request):  # Note [Nothing to functionalize]
             return Lowering.passthrough(request)
+        if as_strided_of_part(request.graph) is not None:  # Note [Storage offsets functionalization cannot replay]
+            return eager_lowering(request, STAGE, [], AS_STRIDED_REASON)
         if in_one_run(request):  # Note [One functional run]
             lowered = lower_in_one_run(request)
             if lowered is not None:

@@ -1,0 +1,75 @@
+"""``as_strided`` of a tensor laid out in part of its storage: run eagerly.
+
+Note [Storage offsets functionalization cannot replay]: ``as_strided``,
+``as_strided_`` and ``as_strided_scatter`` address the *storage*, by an
+absolute offset and strides, not the tensor they are called on. A program
+that also writes lets functionalization replace the written tensor by a new
+value, a fresh tensor in a storage of its own, and replay each view of it on
+that value: an ``as_strided`` of a view at offset 3 of a larger tensor then
+reads past the fresh value's one element (``x.add_(1);
+x.as_strided_((1,), (1,), 3)`` on ``root.as_strided((1,), (1,), 3)``: the
+eager backend raises "out of bounds for storage", the inductor backend read
+and wrote memory it does not own). The fresh value reproduces the storage's
+addresses only for a tensor that is its storage, densely, from offset 0. So
+a program that writes and takes an ``as_strided`` (of any kind) of a tensor
+that is not (an input, or a value it made, through any chain of views) runs
+the captured aten graph eagerly, with a warning; AOTAutograd has the same
+limit. A program that only reads such a tensor is never functionalized
+(Note [Nothing to functionalize]) and compiles as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+from conveyor.stage_api import is_view, writes
+
+aten = torch.ops.aten
+
+_ABSOLUTE = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
+
+REASON = (
+    "it takes an as_strided of a tensor laid out in part of its storage; a write makes functionalization "
+    "replay it on a fresh value that does not hold that storage (Note [Storage offsets functionalization "
+    "cannot replay])"
+)
+
+
+def as_strided_of_part(graph: torch.fx.GraphModule) -> torch.fx.Node | None:
+    """In a ``graph`` that writes, the first ``as_strided``-family node whose
+    source (past its chain of views) is not its whole storage, densely, from
+    offset 0. (A graph that writes nothing replaces no tensor by a fresh
+    value: the views the epilogue rebuilds are taken of the caller's tensors.)"""
+    nodes = graph.graph.nodes
+    if not any(n.op == "call_function" and n.target in _ABSOLUTE for n in nodes):
+        return None
+    if not any(n.op == "call_function" and writes(n) for n in nodes):
+        return None
+    for node in nodes:
+        if node.op == "call_function" and node.target in _ABSOLUTE and not _owns_storage(_root(node.args[0])):
+            return node
+    return None
+
+
+def _root(node: Any) -> Any:
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and is_view(node) and node.args:
+        node = node.args[0]
+    return node
+
+
+def _owns_storage(node: Any) -> bool:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.layout is not torch.strided:
+        return False
+    try:
+        if int(value.storage_offset()) != 0:
+            return False
+        numel = int(value.numel())
+        if any(int(n) > 1 and int(st) == 0 for n, st in zip(value.size(), value.stride())):
+            return False  # expanded: it overlaps itself
+        reach = 1 + sum((int(n) - 1) * int(st) for n, st in zip(value.size(), value.stride())) if numel else 0
+        return reach == numel and int(value.untyped_storage().nbytes()) == numel * value.element_size()
+    except (TypeError, ValueError, RuntimeError):  # symbolic: not known to own it
+        return False
