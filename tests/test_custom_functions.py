@@ -135,6 +135,30 @@ def test_a_write_dynamo_spells_with_an_op_of_its_own_keeps_its_gradient(compile:
         check(_addcmul_with_value, x * 1, y, compile=compile)
 
 
+@torch.library.custom_op("conveyor_tests::add_one_", mutates_args=("x",))
+def add_one_(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+@add_one_.register_fake
+def _(x: torch.Tensor) -> None:
+    return None
+
+
+def _mutating_custom_op_under_no_grad(x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        add_one_(x)  # functionalized as the higher-order op auto_functionalized, recorded under no_grad
+    return x * 1
+
+
+@pytest.mark.parametrize("compile", ALL_ENTRY_POINTS, ids=entry_id)
+def test_a_mutating_custom_op_under_no_grad_on_an_input_that_requires_grad(compile: Any) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", "The .grad attribute of a Tensor that is not a leaf")
+        check(_mutating_custom_op_under_no_grad, torch.randn(3, requires_grad=True) * 1, compile=compile)
+
+
 def _check_as_nodes(fn: Any, *args: Any, compile: Any, nodes: int, **kwargs: Any) -> Any:
     """``check`` with no eager fallback, and ``nodes`` apply_function nodes
     in the captured graph; the compiled callable."""

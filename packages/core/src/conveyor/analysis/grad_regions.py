@@ -51,6 +51,10 @@ class GradModeTagger(TorchDispatchMode):
     tags), and checks that each ``detach`` leaves an ``aten.detach.default``
     node (Note [Gradient cuts below autograd])."""
 
+    #: a higher-order operator (a mutating custom op's ``auto_functionalized``)
+    #: is recorded like any op: called on below this mode, its nodes tagged
+    supports_higher_order_operators = True
+
     def __init__(self, tag: bool = True) -> None:
         super().__init__()
         self.tag = tag
