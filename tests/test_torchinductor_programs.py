@@ -87,6 +87,11 @@ CONVEYOR_ENTRY_WRONG = {
     "a torch.Size a tuple: Tensor.new(tuple) reads it as data (shape [2], eager [2, 3])",
     "functions_type_check": "capture runs the program's Python on FakeTensors: type(x) is not torch.Tensor",
     "functions_is_fx_tracing": "make_fx's tracing flag is set while capture runs the program: is_fx_tracing() is True",
+    # loud, but torch's internal error, not conveyor's fallback (tolist() in the same place is routed through dynamo)
+    "repros_deepcopy_submodule_in_forward": "deepcopy of a submodule inside forward: AssertionError 'Mixing fake "
+    "modes NYI' from torch's fake tensor, not a capture fallback",
+    "repros_numpy_in_program": "tensor.numpy() inside the program: RuntimeError '.numpy() is not supported for "
+    "tensor subclasses', not a capture fallback",
 }
 
 

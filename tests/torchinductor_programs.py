@@ -842,3 +842,29 @@ def _type_check(x):
 def _is_fx_tracing(x, y):
     # test_is_fx_tracing (bug E3)
     return x - 1 if torch.fx._symbolic_trace.is_fx_tracing() else y + 1
+
+
+# -- from test/dynamo/test_repros.py (strict xfails on the conveyor.compile entry) ----------
+
+
+class _DeepcopiesSubmodule(torch.nn.Module):
+    """test_maml_item_capture's PartialMaml fine-tunes ``deepcopy(self.net)`` in ``forward``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import copy
+
+        return copy.deepcopy(self.lin)(x)
+
+
+PROGRAMS["repros_deepcopy_submodule_in_forward"] = (_DeepcopiesSubmodule(), randn((2, 3)))
+
+
+@program("repros_numpy_in_program", randn((3,)))
+def _numpy_in_program(x):
+    # test_indexing_with_list reads tensor.numpy() inside the program (bug F)
+    return x * float(x.numpy().sum())
