@@ -495,7 +495,9 @@ lam(
     args(lambda: torch.randn(4), lambda: torch.arange(4)),
     lambda a, b: (a + b, b * 2.5, b // 3, a > b),
 )
-lam("to_dtype", randn((4, 4)), lambda x: (x.to(torch.float16) + 1, x.to(torch.int64), x.half().float()))
+# (no arithmetic on float16 values: Inductor computes in float32 and elides the rounding of a cast
+# round trip, unless emulate_precision_casts: up to 1 ulp of float16 from eager)
+lam("to_dtype", randn((4, 4)), lambda x: (x.to(torch.float16), x.to(torch.int64), x.double() * 2))
 
 
 # -- test_functionalization.py ---------------------------------------------------------
