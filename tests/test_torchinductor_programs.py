@@ -83,22 +83,18 @@ def test_dynamo_addcdiv_with_value_keeps_the_gradient() -> None:
 
 #: programs conveyor.compile gets wrong (silently) and torch.compile(backend="conveyor") gets right
 CONVEYOR_ENTRY_WRONG = {
-    "functions_tensor_new_with_size": "frontend/closure.py _RealTensors rebuilds arguments with pytree, which makes "
-    "a torch.Size a tuple: Tensor.new(tuple) reads it as data (shape [2], eager [2, 3])",
     "functions_type_check": "capture runs the program's Python on FakeTensors: type(x) is not torch.Tensor",
     "functions_is_fx_tracing": "make_fx's tracing flag is set while capture runs the program: is_fx_tracing() is True",
-    # loud, but torch's internal error, not conveyor's fallback (tolist() in the same place is routed through dynamo)
-    "repros_deepcopy_submodule_in_forward": "deepcopy of a submodule inside forward: AssertionError 'Mixing fake "
-    "modes NYI' from torch's fake tensor, not a capture fallback",
-    "repros_numpy_in_program": "tensor.numpy() inside the program: RuntimeError '.numpy() is not supported for "
-    "tensor subclasses', not a capture fallback",
 }
+#: were wrong or crashed on the conveyor.compile entry, now right there: a torch.Size kept one while capture
+#: swaps real tensors; .numpy() and deepcopy compiled through dynamo (Note [Calls only dynamo can trace])
+CONVEYOR_ENTRY_FIXED = ("functions_tensor_new_with_size", "repros_deepcopy_submodule_in_forward", "repros_numpy_in_program")
 
 
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
-@pytest.mark.parametrize("name", sorted(CONVEYOR_ENTRY_WRONG))
+@pytest.mark.parametrize("name", sorted([*CONVEYOR_ENTRY_WRONG, *CONVEYOR_ENTRY_FIXED]))
 def test_program_reading_python_state(name: str, entry: str, request: pytest.FixtureRequest) -> None:
-    if entry == "conveyor":
+    if entry == "conveyor" and name in CONVEYOR_ENTRY_WRONG:
         request.applymarker(pytest.mark.xfail(strict=True, reason=CONVEYOR_ENTRY_WRONG[name]))
     _run(name, entry, "eager", False)
 

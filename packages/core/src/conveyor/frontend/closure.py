@@ -33,6 +33,8 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 
+from conveyor.errors import DynamoSplits
+
 T = TypeVar("T")
 #: traces a flat function on fake inputs; what it returns (a graph, or the
 #: graph with what the trace learned beside it) is handed back as it is
@@ -64,8 +66,30 @@ class _RealTensors(TorchFunctionMode):
         return self.fake_mode.from_tensor(t, static_shapes=True)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        args, kwargs = pytree.tree_map_only(torch.Tensor, self._swap, (args, kwargs or {}))
+        outside = _OUTSIDE_A_GRAPH.get(func)
+        if outside is not None:  # Note [Calls only dynamo can trace]
+            raise DynamoSplits(f"it {outside} (Note [Calls only dynamo can trace])")
+        # a torch.Size stays one: pytree would rebuild it as a tuple, which
+        # ``x.new(size)`` reads as data (a 1-d tensor of the sizes)
+        args, kwargs = pytree.tree_map_only(torch.Tensor, self._swap, (args, kwargs or {}), is_leaf=_is_size)
         return func(*args, **kwargs)
+
+
+# Note [Calls only dynamo can trace]: a capture runs the program on fake
+# tensors, which hold no data to hand NumPy (``x.numpy()`` raises "not
+# supported for tensor subclasses") and which a deep copy cannot copy into
+# the capture's own fake mode (``copy.deepcopy(self.linear)`` in a forward:
+# "Mixing fake modes"). Dynamo runs such a call in Python, between graphs (or
+# traces NumPy itself), so ``conveyor.compile`` compiles such a program
+# through dynamo (Note [Programs only dynamo can split]).
+_OUTSIDE_A_GRAPH = {
+    torch.Tensor.numpy: "reads a tensor's data with .numpy()",
+    torch.Tensor.__deepcopy__: "deep-copies a tensor (copy.deepcopy of a tensor or a module)",
+}
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, torch.Size)
 
 
 def trace_closing_over(
