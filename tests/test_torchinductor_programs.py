@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conveyor.errors import StageError
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torchinductor_programs as tp  # noqa: E402
@@ -28,9 +27,6 @@ NO_GRAD = {
 
 #: programs whose backward eager runs only to raise in it: conveyor (like
 #: torch.compile(backend="aot_eager")) raises the same error when it compiles, at the call
-GRAD_REFUSED = {
-    "scatter6": "derivative for aten::scatter is not implemented",
-}
 
 REPRESENTATIVE = [
     "add_inplace_permuted",
@@ -54,12 +50,6 @@ def _cases(names: list[str]) -> list[Any]:
 
 
 def _run(name: str, entry: str, backend: str, grad: bool) -> None:
-    if grad and name in GRAD_REFUSED:
-        # loud, at the call: a StageError (behind dynamo, wrapped by dynamo's BackendCompilerFailed)
-        with pytest.raises(Exception, match=GRAD_REFUSED[name]) as info:
-            tp.run(name, entry, backend, grad)
-        assert isinstance(info.value, StageError) or isinstance(info.value.__cause__, StageError)
-        return
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="conveyor: running", category=UserWarning)
         tp.run(name, entry, backend, grad)
@@ -102,7 +92,7 @@ def test_program_reading_python_state(name: str, entry: str, request: pytest.Fix
 def test_programs_are_many_and_named_once() -> None:
     assert len(tp.PROGRAMS) >= 150
     assert set(REPRESENTATIVE) <= set(tp.PROGRAMS)
-    assert set(NO_GRAD) | set(GRAD_REFUSED) | set(CONVEYOR_ENTRY_WRONG) <= set(tp.PROGRAMS)
+    assert set(NO_GRAD) | set(CONVEYOR_ENTRY_WRONG) <= set(tp.PROGRAMS)
 
 
 #: Note [Layouts in the inductor backend]: where torch's Inductor does not honour

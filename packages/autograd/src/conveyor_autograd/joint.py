@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import torch
 import torch.fx
-from conveyor import Request, StageError, call_graph, retrace
+from conveyor import ConveyorError, Request, StageError, call_graph, retrace
 from conveyor.stage_api import writes
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
@@ -152,6 +152,20 @@ def _caller_hooks_hidden() -> Iterator[None]:
         switch(prior)
 
 
+class BackwardRaised(Exception):
+    """Note [Backwards that raise]: torch's autograd raised while the joint
+    trace ran the program's backward: a derivative torch does not implement
+    (``floor_divide``, ``a // b`` with ``a`` requiring grad), a backward that
+    returns a gradient of the wrong shape (``scatter`` with an ``src`` that
+    requires grad and is larger than the index), or one that fake tensors
+    cannot run. Eager runs such a forward and raises only if a backward
+    runs (never, for a program used without one), so the program runs
+    eagerly, with a warning: eager's forward, and eager's error at eager's
+    time. AOTAutograd raises at the call instead. (An error that says a size
+    depends on values is still ``retrace``'s ``DataDependentError``, which
+    reads the chain: Note [Data-dependent sizes in a backward].)"""
+
+
 def _tag_forward_nodes() -> None:
     mode = get_proxy_mode()
     if mode is None:
@@ -203,12 +217,17 @@ def trace_joint(request: Request, primal_fakes: list[Any] | None = None) -> Join
         if not diff:
             return tuple(outs)
         with _no_compiled_autograd():  # Note [Joint trace under compiled autograd]
-            grads = torch.autograd.grad(
-                [outs[k] for k in diff],
-                [primals[i] for i in wrt],
-                [tangents[candidates.index(k)] for k in diff],
-                allow_unused=True,
-            )
+            try:
+                grads = torch.autograd.grad(
+                    [outs[k] for k in diff],
+                    [primals[i] for i in wrt],
+                    [tangents[candidates.index(k)] for k in diff],
+                    allow_unused=True,
+                )
+            except ConveyorError:
+                raise
+            except Exception as exc:  # Note [Backwards that raise]; a data-dependent size stays retrace's
+                raise BackwardRaised(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
         found["grad_inputs"] = tuple(i for i, g in zip(wrt, grads, strict=True) if g is not None)
         return (*outs, *(g for g in grads if g is not None))
 

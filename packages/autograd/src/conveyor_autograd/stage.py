@@ -12,7 +12,7 @@ from torch.fx._lazy_graph_module import _use_lazy_graph_module
 from conveyor_autograd.checked_backwards import checked_backward_node, eager_lowering
 from conveyor_autograd.detach import detached
 from conveyor_autograd.grad_mode_ops import with_grad_mode_on
-from conveyor_autograd.joint import STAGE, fresh_leaves, trace_joint, writing_node
+from conveyor_autograd.joint import STAGE, BackwardRaised, fresh_leaves, trace_joint, writing_node
 from conveyor_autograd.min_cut import min_cut
 from conveyor_autograd.partition import Partitioner, Split, save_eager, split
 from conveyor_autograd.runtime import program_function, wrap
@@ -109,6 +109,13 @@ class Autograd:
                 cause = str(exc).splitlines()[0].removeprefix("capture: ")
                 return stage_api.eager_lowering(
                     request, STAGE, f"its backward needs a size that depends on tensor values ({cause})"
+                )
+            except BackwardRaised as exc:  # Note [Backwards that raise] in joint.py
+                return stage_api.eager_lowering(
+                    request,
+                    STAGE,
+                    f"torch's autograd raised while tracing its backward ({exc}); eager raises only when a backward "
+                    "runs (Note [Backwards that raise])",
                 )
             if joint is None:  # Note [Nothing to differentiate]
                 inner = request.replace(grad_enabled=False)
