@@ -20,8 +20,7 @@ from typing import Any
 import conveyor
 from conveyor.stage_api import ToolSpec
 
-from conveyor_compiled_autograd.program import STAGE
-from conveyor_compiled_autograd.session import OPTIONS
+from conveyor_compiled_autograd.names import OPTIONS, STAGE  # Note [Registering without importing torch's dynamo]
 
 
 @conveyor.hookimpl

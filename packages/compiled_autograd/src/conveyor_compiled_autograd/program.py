@@ -49,12 +49,10 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from conveyor_compiled_autograd.accumulate import fresh_outputs
 from conveyor_compiled_autograd.below import GUARD, separate, unobserved
+from conveyor_compiled_autograd.names import STAGE
 from conveyor_compiled_autograd.plan import Segment, run_node
 from conveyor_compiled_autograd.recheck import LastVariant
 from conveyor_compiled_autograd.simplify import simplify
-
-STAGE = "compiled_autograd"
-
 
 #: Note [Stages a segment skips]: ``synthetic_base`` merges inputs that share
 #: storage *and are written*; its analysis reads every input's sizes as ints,

@@ -14,14 +14,9 @@ from conveyor import Pipeline, Plugins, StageGraph, resolve
 from torch._dynamo import compiled_autograd as ca
 
 from conveyor_compiled_autograd.capture import ConveyorCapture, inline_supported
+from conveyor_compiled_autograd.names import OPTIONS
 from conveyor_compiled_autograd.program import STAGE
 from conveyor_compiled_autograd.runtime import CompiledBackward
-
-#: the options of ``[tool.conveyor.stages.compiled_autograd]`` (Note [A run-time
-#: tool] in ``conveyor_compiled_autograd.plugin``) and their defaults: ``inline``
-#: copies conveyor's backward graphs into the capture where the installed torch
-#: allows it (Note [Inlined backward]); ``False`` calls them opaquely.
-OPTIONS = {"inline": True}
 
 
 @dataclass(frozen=True)
