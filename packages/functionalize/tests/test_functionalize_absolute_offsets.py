@@ -1,5 +1,5 @@
 """Note [Storage offsets functionalization cannot replay]: a program that
-writes and takes an ``as_strided`` of a tensor laid out in part of its
+writes and takes an ``as_strided`` (or ``resize_``) of a tensor laid out in part of its
 storage runs eagerly, with a warning, and gives eager's results (found by
 the random-program fuzzer: the inductor backend read and wrote outside the
 tensor, the eager backend raised); on a tensor that is its storage it
@@ -30,6 +30,42 @@ def _written_then_viewed(x: torch.Tensor) -> torch.Tensor:
 def _view_written(x: torch.Tensor) -> torch.Tensor:
     x.as_strided((1,), (1,), 4).add_(1)
     return x * 1
+
+
+def _written_then_resized(x: torch.Tensor) -> torch.Tensor:
+    x.mul_(2)
+    with torch.no_grad():
+        x.resize_(6)  # the storage's first 6 elements, not x's
+    return x * 1
+
+
+def _resized_self_overlapping(b: torch.Tensor) -> tuple[()]:
+    with torch.no_grad():
+        b.resize_(2)  # keeps b's storage offset
+    return ()
+
+
+def _resized_then_written(a: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.no_grad():
+        c.resize_(2)
+    c[1].mul_(3)
+    return a * 1, c * 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+@pytest.mark.parametrize(
+    ("fn", "layouts"),
+    [
+        (_written_then_resized, [((7,), (2,), 0)]),
+        (_resized_self_overlapping, [((3,), (0,), 7)]),
+        (_resized_then_written, [((4,), (1,), 12), ((3,), (5,), 4)]),  # c overlaps a
+    ],
+)
+def test_a_resize_of_part_of_a_storage_runs_eagerly(fn: Any, layouts: Any, backend: str) -> None:
+    root = torch.arange(16, dtype=torch.float64)
+    inputs = [root.as_strided(*layout) for layout in layouts]
+    with pytest.warns(UserWarning, match="Storage offsets functionalization cannot replay"):
+        check(fn, *inputs, compile=lambda f: conveyor.compile(f, backend=backend))
 
 
 @pytest.mark.parametrize("backend", ["eager", "inductor"])

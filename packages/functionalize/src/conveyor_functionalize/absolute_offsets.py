@@ -1,4 +1,4 @@
-"""``as_strided`` of a tensor laid out in part of its storage: run eagerly.
+"""``as_strided`` or ``resize_`` of a tensor laid out in part of its storage: run eagerly.
 
 Note [Storage offsets functionalization cannot replay]: ``as_strided``,
 ``as_strided_`` and ``as_strided_scatter`` address the *storage*, by an
@@ -13,9 +13,10 @@ and wrote memory it does not own). The fresh value reproduces the storage's
 addresses only for a tensor that is its storage, densely, from offset 0. So
 a program that writes and takes an ``as_strided`` (of any kind) of a tensor
 that is not (an input, or a value it made, through any chain of views) runs
-the captured aten graph eagerly, with a warning; AOTAutograd has the same
-limit. A program that only reads such a tensor is never functionalized
-(Note [Nothing to functionalize]) and compiles as usual.
+the captured aten graph eagerly, with a warning. ``resize_`` is
+functionalized so too (an ``as_strided`` of the value, as if it were the
+storage from offset 0). A program that only reads such a tensor is never
+functionalized (Note [Nothing to functionalize]) and compiles as usual.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from conveyor.stage_api import is_view, writes
 
 aten = torch.ops.aten
 
-_ABSOLUTE = (aten.as_strided.default, aten.as_strided_.default, aten.as_strided_scatter.default)
+_ABSOLUTE = (
+    aten.as_strided.default,
+    aten.as_strided_.default,
+    aten.as_strided_scatter.default,
+    aten.resize_.default,  # functionalized as an as_strided of the value, dense from its offset 0
+)
 
 REASON = (
     "it takes an as_strided of a tensor laid out in part of its storage; a write makes functionalization "
