@@ -13,7 +13,7 @@ import conveyor
 from conveyor import StageSpec
 
 from conveyor_triton import interpreter
-from conveyor_triton.stage import OPTIONS, STAGE, LazyBackend, load_backend
+from conveyor_triton.stage import OPTIONS, STAGE, LazyBackend, probe
 
 
 @conveyor.hookimpl
@@ -32,6 +32,6 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
             cache_key=lambda args: os.environ.get("CONVEYOR_TRITON_LAUNCH_FOR"),
             description="fused Triton kernels (interpreter on CPU), aten fallbacks listed in a report",
             fuses_pointwise=True,  # the autograd stage's default partitioner recomputes pointwise ops for it
-            probe=load_backend,  # a pipeline with the stage imports the backend while it is built
+            probe=probe,  # a pipeline with the stage imports the backend while it is built
         )
     )

@@ -44,11 +44,16 @@ OPTIONS: dict[str, Any] = {
 
 def load_backend() -> type[TritonBackend]:
     """The backend class, imported on first use (Note [Registering without
-    importing the backend]); the stage's probe, so that a pipeline with the
-    stage imports it while it is built."""
+    importing the backend])."""
     from conveyor_triton.backend import TritonBackend
 
     return TritonBackend
+
+
+def probe() -> None:
+    """The stage's probe: a pipeline with the stage imports the backend
+    while it is built, so that a broken install fails the build."""
+    load_backend()
 
 
 class LazyBackend:
