@@ -28,6 +28,6 @@ def test_registering_the_tool_imports_neither_dynamo_nor_triton() -> None:
 def test_the_package_names_are_there_on_first_use() -> None:
     import conveyor_compiled_autograd as cca
 
-    assert set(cca.__all__) <= set(dir(cca)) | set(cca._LAZY) | {"__version__"}
+    assert set(cca.__all__) <= set(dir(cca)) | set(cca._WHERE) | {"__version__"}
     for name in cca.__all__:
         assert getattr(cca, name) is not None

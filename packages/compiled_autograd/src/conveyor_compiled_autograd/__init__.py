@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from conveyor.stage_api import lazy_names
 
 from conveyor_compiled_autograd.__about__ import __version__
 
@@ -21,23 +22,18 @@ if TYPE_CHECKING:
 
 #: name -> the module that defines it, imported on first use (Note [Registering
 #: without importing torch's dynamo] in ``names``)
-_LAZY = {
-    "ConveyorCapture": "capture",
-    "inline_supported": "capture",
-    "probe": "capture",
-    "HIGHER_ORDER": "runtime",
-    "CompiledBackward": "runtime",
-    "Capture": "session",
-    "Session": "session",
-    "enable": "session",
+_WHERE = {
+    "ConveyorCapture": "conveyor_compiled_autograd.capture",
+    "inline_supported": "conveyor_compiled_autograd.capture",
+    "probe": "conveyor_compiled_autograd.capture",
+    "HIGHER_ORDER": "conveyor_compiled_autograd.runtime",
+    "CompiledBackward": "conveyor_compiled_autograd.runtime",
+    "Capture": "conveyor_compiled_autograd.session",
+    "Session": "conveyor_compiled_autograd.session",
+    "enable": "conveyor_compiled_autograd.session",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+__getattr__, __dir__ = lazy_names(globals(), _WHERE)
 
 
 __all__ = [

@@ -47,6 +47,7 @@ from conveyor.frontend.capture import retrace
 from conveyor.protocol.artifacts import reducible
 from conveyor.protocol.config import resolve
 from conveyor.protocol.hookspecs import hookimpl
+from conveyor.protocol.lazy import lazy_names
 from conveyor.protocol.lowering import eager_lowering, warn_eager
 from conveyor.protocol.pipeline import Pipeline
 from conveyor.protocol.plugins import Plugins
@@ -89,6 +90,7 @@ __all__ = [
     "is_effectful",
     "is_random",
     "is_view",
+    "lazy_names",
     "may_read",
     "may_write",
     "must_keep",
