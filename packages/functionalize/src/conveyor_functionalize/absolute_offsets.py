@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from conveyor.stage_api import is_view, writes
+from conveyor.stage_api import is_view, overlaps_itself, span, writes
 
 aten = torch.ops.aten
 
@@ -70,12 +70,10 @@ def _owns_storage(node: Any) -> bool:
     if not isinstance(value, torch.Tensor) or value.layout is not torch.strided:
         return False
     try:
-        if int(value.storage_offset()) != 0:
+        size, stride = [int(n) for n in value.size()], [int(st) for st in value.stride()]
+        if int(value.storage_offset()) != 0 or overlaps_itself(value):
             return False
-        numel = int(value.numel())
-        if any(int(n) > 1 and int(st) == 0 for n, st in zip(value.size(), value.stride())):
-            return False  # expanded: it overlaps itself
-        reach = 1 + sum((int(n) - 1) * int(st) for n, st in zip(value.size(), value.stride())) if numel else 0
-        return reach == numel and int(value.untyped_storage().nbytes()) == numel * value.element_size()
+        numel = value.numel()
+        return span(size, stride) == numel and int(value.untyped_storage().nbytes()) == numel * value.element_size()
     except (TypeError, ValueError, RuntimeError):  # symbolic: not known to own it
         return False
