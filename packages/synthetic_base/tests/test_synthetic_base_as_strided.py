@@ -51,3 +51,26 @@ def test_write_through_a_merged_self_overlapping_input_runs_eagerly(
 
     with pytest.warns(UserWarning, match="stage 'synthetic_base'.* eagerly: it writes through input"):
         check_aliased(program, lambda r: (r.as_strided((2,), (0,), 1), r), (2, 2), requires_grad, full)
+
+
+def test_as_strided_of_merged_inputs_laid_out_in_part_of_their_storage_runs_eagerly(
+    full: Any, check_aliased: Any
+) -> None:
+    """Note [Storage offsets functionalization cannot replay]: ``as_strided_``
+    addresses the caller's storage; neither the record's functional run nor a
+    synthetic base holds it (the program used to raise "out of bounds for
+    storage" in this stage)."""
+
+    def program(a, b, c):
+        a.as_strided_((2,), (1,), 5)
+        b.as_strided_((1, 2), (1, 1), 4)
+        a.add_(1)
+        b.mul_(2)
+        c.sub_(1)
+        return (a + 1,)
+
+    def make(r):
+        return r.as_strided((1, 2), (1, 0), 5), r.as_strided((2, 2), (0, 1), 4), r.diagonal(-2)
+
+    with pytest.warns(UserWarning, match="stage 'synthetic_base'.* eagerly: it takes an as_strided"):
+        check_aliased(program, make, (3, 3), False, full)

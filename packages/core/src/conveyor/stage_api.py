@@ -30,6 +30,7 @@ from conveyor.analysis.program import Program
 from conveyor.analysis.program_meta import BaseIdx, InputIdx, InputInfo, OutputIdx, OutputInfo, OutputKind, ProgramMeta
 from conveyor.analysis.schema import (
     OpAliasing,
+    addresses_storage,
     is_effectful,
     is_random,
     is_view,
@@ -37,10 +38,12 @@ from conveyor.analysis.schema import (
     op_aliasing,
     op_facts,
     swaps_storage,
+    view_root,
     writes,
     written_positions,
 )
 from conveyor.analysis.signature import CallSignature, storage_id
+from conveyor.analysis.storage_addressing import STORAGE_ADDRESSING_REASON, as_strided_of_part
 from conveyor.analysis.symbolic import symbolic_layout
 from conveyor.errors import DataDependentError, StageError, SymbolicSizesUnsupported
 from conveyor.frontend.capture import retrace
@@ -80,8 +83,11 @@ __all__ = [
     "StageError",
     "StageGraph",
     "StageSpec",
+    "STORAGE_ADDRESSING_REASON",
     "SymbolicSizesUnsupported",
     "ToolSpec",
+    "addresses_storage",
+    "as_strided_of_part",
     "call_graph",
     "detach_no_grad_results",
     "eager_lowering",
@@ -110,6 +116,7 @@ __all__ = [
     "symbolic_layout",
     "timed_step",
     "user_cache_dir",
+    "view_root",
     "warn_eager",
     "write_atomic",
     "writes",

@@ -7,9 +7,8 @@ from typing import Any
 
 import torch
 from conveyor import Lowering, Request, StageSpec, hookimpl
+from conveyor.stage_api import STORAGE_ADDRESSING_REASON, as_strided_of_part
 
-from conveyor_functionalize.absolute_offsets import REASON as AS_STRIDED_REASON
-from conveyor_functionalize.absolute_offsets import as_strided_of_part
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, EAGER_KERNELS
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
@@ -59,7 +58,7 @@ class Functionalize:
         if _nothing_to_do(request):  # Note [Nothing to functionalize]
             return Lowering.passthrough(request)
         if as_strided_of_part(request.graph) is not None:  # Note [Storage offsets functionalization cannot replay]
-            return eager_lowering(request, STAGE, [], AS_STRIDED_REASON)
+            return eager_lowering(request, STAGE, [], STORAGE_ADDRESSING_REASON)
         if in_one_run(request):  # Note [One functional run]
             lowered = lower_in_one_run(request)
             if lowered is not None:

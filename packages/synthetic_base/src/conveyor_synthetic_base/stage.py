@@ -21,7 +21,7 @@ from typing import Any
 import conveyor
 import torch
 from conveyor import CompiledFn, Lowering, Request, stage_api
-from conveyor.stage_api import CallSignature, overlaps_itself, reducible
+from conveyor.stage_api import STORAGE_ADDRESSING_REASON, CallSignature, as_strided_of_part, overlaps_itself, reducible
 
 from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
@@ -41,6 +41,8 @@ class SyntheticBaseStage:
         shared = shared_storages(request.inputs, request.program.aliasing.groups)  # the record's (declared)
         if not shared:
             return Lowering.passthrough(request)
+        if as_strided_of_part(request.graph) is not None:  # Note [Storage offsets functionalization cannot replay]
+            return stage_api.eager_lowering(request, "synthetic_base", STORAGE_ADDRESSING_REASON)
         muts = mutations(request)
         overlapping = sorted(i for i in muts.data if overlaps_itself(request.inputs[i]))
         if overlapping:  # Note [Writes through a self-overlapping input] in conveyor_functionalize

@@ -27,6 +27,16 @@ UNDECLARED_WRITES = {"aten::native_batch_norm": frozenset({"running_mean", "runn
 #: ``aten::set`` returns a tensor on ``source``'s storage although its return carries no
 #: alias annotation. Names an installed torch lacks are simply never met.
 STORAGE_SWAPPING_OPS = frozenset({"aten::set_", "aten::set_data", "aten::set", "aten::shallow_copy_data_"})
+#: ops that address their argument's *storage*, by an absolute storage offset and
+#: strides, not the tensor they are called on: the ``as_strided`` family, and
+#: ``resize_`` (which functionalization replays as an ``as_strided`` of a value
+#: dense from offset 0, and which grows the storage it finds). A pass that gives
+#: such an argument another storage (a fresh functional value, a synthetic base)
+#: changes which elements they reach (Note [Storage offsets functionalization
+#: cannot replay] in ``conveyor_functionalize``).
+STORAGE_ADDRESSING_OPS = frozenset(
+    {"aten::as_strided", "aten::as_strided_", "aten::as_strided_copy", "aten::as_strided_scatter", "aten::resize_"}
+)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import torch.fx
 from torch._higher_order_ops.effects import has_effects
 
 from conveyor.analysis.ops_aliasing import (
+    STORAGE_ADDRESSING_OPS,
     STORAGE_SWAPPING_OPS,
     UNDECLARED_WRITES,
     ArgAlias,
@@ -38,12 +39,14 @@ from conveyor.analysis.ops_aliasing import (
 
 __all__ = [
     "MUST_RUN_OPS",
+    "STORAGE_ADDRESSING_OPS",
     "STORAGE_SWAPPING_OPS",
     "UNDECLARED_WRITES",
     "ArgAlias",
     "OpAliasing",
     "OpFacts",
     "ReturnAlias",
+    "addresses_storage",
     "is_effectful",
     "is_random",
     "is_view",
@@ -51,6 +54,7 @@ __all__ = [
     "op_aliasing",
     "op_facts",
     "swaps_storage",
+    "view_root",
     "writes",
     "written_args",
     "written_positions",
@@ -89,6 +93,8 @@ class OpFacts:
     :ivar storage_swap: the op may make a tensor use another's storage, which its
         schema does not declare (``STORAGE_SWAPPING_OPS``).
     :ivar random: the op draws from the random number generator.
+    :ivar addresses_storage: the op reaches its argument's storage by an absolute
+        offset (``STORAGE_ADDRESSING_OPS``).
     """
 
     aliasing: OpAliasing
@@ -97,6 +103,7 @@ class OpFacts:
     view: bool
     storage_swap: bool
     random: bool
+    addresses_storage: bool
     op: torch._ops.OpOverload
 
     @property
@@ -132,6 +139,7 @@ def op_facts(op: torch._ops.OpOverload) -> OpFacts:
         view=view,
         storage_swap=op._schema.name in STORAGE_SWAPPING_OPS,
         random=aliasing.random,
+        addresses_storage=op._schema.name in STORAGE_ADDRESSING_OPS,
         op=op,
     )
 
@@ -162,6 +170,21 @@ def is_view(node: torch.fx.Node) -> bool:
     """``node``'s op returns an alias of an argument without writing to it."""
     facts = _facts(node)
     return facts is not None and facts.view
+
+
+def addresses_storage(node: torch.fx.Node) -> bool:
+    """``node``'s op reaches its argument's storage by an absolute offset
+    (``as_strided``, ``as_strided_``, ``as_strided_scatter``, ``resize_``...)."""
+    facts = _facts(node)
+    return facts is not None and facts.addresses_storage
+
+
+def view_root(node: Any) -> Any:
+    """The value ``node`` is a view of, past its whole chain of view ops (the
+    node itself when it is no view; an argument that is no node, unchanged)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and is_view(node) and node.args:
+        node = node.args[0]
+    return node
 
 
 def swaps_storage(node: torch.fx.Node) -> bool:

@@ -1,4 +1,5 @@
-"""``as_strided`` or ``resize_`` of a tensor laid out in part of its storage: run eagerly.
+"""``as_strided`` or ``resize_`` of a tensor laid out in part of its storage,
+in a program that writes: no functional replay can keep its addresses.
 
 Note [Storage offsets functionalization cannot replay]: ``as_strided``,
 ``as_strided_`` and ``as_strided_scatter`` address the *storage*, by an
@@ -17,6 +18,13 @@ the captured aten graph eagerly, with a warning. ``resize_`` is
 functionalized so too (an ``as_strided`` of the value, as if it were the
 storage from offset 0). A program that only reads such a tensor is never
 functionalized (Note [Nothing to functionalize]) and compiles as usual.
+
+The same holds before functionalization: the program record's own
+functional run (which finds what the program mutates) wraps each input in a
+functional tensor whose storage is as large as that input needs, not the
+caller's storage, and the synthetic_base stage rebuilds overlapping inputs
+from a base that is an input of its own. So every stage that would replay
+such a program asks :func:`as_strided_of_part` first, and runs it eagerly.
 """
 
 from __future__ import annotations
@@ -25,18 +33,12 @@ from typing import Any
 
 import torch
 import torch.fx
-from conveyor.stage_api import is_view, overlaps_itself, span, writes
 
-aten = torch.ops.aten
+from conveyor.analysis.overlap import overlaps_itself, span
+from conveyor.analysis.schema import addresses_storage, view_root, writes
 
-_ABSOLUTE = (
-    aten.as_strided.default,
-    aten.as_strided_.default,
-    aten.as_strided_scatter.default,
-    aten.resize_.default,  # functionalized as an as_strided of the value, dense from its offset 0
-)
-
-REASON = (
+#: the reason a stage gives when it runs such a program eagerly
+STORAGE_ADDRESSING_REASON = (
     "it takes an as_strided of a tensor laid out in part of its storage; a write makes functionalization "
     "replay it on a fresh value that does not hold that storage (Note [Storage offsets functionalization "
     "cannot replay])"
@@ -49,20 +51,14 @@ def as_strided_of_part(graph: torch.fx.GraphModule) -> torch.fx.Node | None:
     offset 0. (A graph that writes nothing replaces no tensor by a fresh
     value: the views the epilogue rebuilds are taken of the caller's tensors.)"""
     nodes = graph.graph.nodes
-    if not any(n.op == "call_function" and n.target in _ABSOLUTE for n in nodes):
+    if not any(n.op == "call_function" and addresses_storage(n) for n in nodes):
         return None
     if not any(n.op == "call_function" and writes(n) for n in nodes):
         return None
     for node in nodes:
-        if node.op == "call_function" and node.target in _ABSOLUTE and not _owns_storage(_root(node.args[0])):
+        if node.op == "call_function" and addresses_storage(node) and not _owns_storage(view_root(node.args[0])):
             return node
     return None
-
-
-def _root(node: Any) -> Any:
-    while isinstance(node, torch.fx.Node) and node.op == "call_function" and is_view(node) and node.args:
-        node = node.args[0]
-    return node
 
 
 def _owns_storage(node: Any) -> bool:
