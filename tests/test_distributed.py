@@ -75,14 +75,20 @@ def run_ranks(*scenarios: str, timeout: float = 300) -> None:
 
 # ---------------------------------------------------------------- the tests
 def test_ddp_fsdp2_and_tensor_parallel_through_both_entry_points():
-    run_ranks("ddp_dynamo", "ddp_standalone", "ddp_bucket_sweep", "ddp_triton", "tp_mlp", "fsdp2_dynamo")
+    run_ranks(
+        "ddp_dynamo",
+        "ddp_standalone",
+        "ddp_bucket_sweep",
+        "ddp_triton",
+        "tp_mlp",
+        "fsdp2_dynamo",
+        "ddp_compiled_autograd",
+    )
 
 
 @pytest.mark.slow
 def test_ddp_variants_and_a_tensor_parallel_transformer_block():
-    run_ranks(
-        "ddp_compiled_before_wrap", "ddp_no_sync", "ddp_graph_break", "ddp_buffers", "tp_block", "ddp_compiled_autograd"
-    )
+    run_ranks("ddp_compiled_before_wrap", "ddp_no_sync", "ddp_graph_break", "ddp_buffers", "tp_block")
 
 
 # ---------------------------------------------------------------- the ranks (script side)
