@@ -28,7 +28,11 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 @pytest.fixture(autouse=True)
 def _empty_fx_graph_cache() -> Iterator[None]:
-    """An empty Inductor cache folder of its own, the FX graph cache on."""
+    """An empty Inductor cache folder of its own, the FX graph cache on, and
+    dynamo's state reset: a frame an earlier test compiled with other sizes
+    would be compiled with symbolic ones (automatic dynamic shapes), a graph
+    other than the one the test looks up."""
+    torch._dynamo.reset()
     with fresh_cache(), inductor_config.patch(fx_graph_cache=True):
         counters.clear()
         yield
