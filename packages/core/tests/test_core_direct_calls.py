@@ -127,3 +127,44 @@ def test_call_sites_name_their_callable() -> None:
     assert forward.__globals__["_conveyor_call_aten_t_default"] is torch.t  # its torch-level binding (Note [Torch-level calls])
     assert forward.__globals__["_conveyor_call_aten_relu_default"] is torch.ops.aten.relu.default._op
     assert "ops" not in forward.__code__.co_names  # no attribute lookups left
+
+
+def _early_last_use(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = (x * 2).sum(0)  # x's last reader
+    return (h + w).relu() * 3
+
+
+def test_the_boxed_call_clears_its_list_and_frees_an_input_at_its_last_use() -> None:
+    """Note [Inputs freed at their last use]: same results and dispatch; the
+    list is cleared and an input nothing else holds dies at its last reader."""
+    import weakref
+
+    gm = make_fx(_early_last_use)(torch.randn(3, 4), torch.randn(4))
+    run = direct_forward(gm)
+    boxed = run.boxed()  # type: ignore[attr-defined]
+    assert boxed is not None and run.boxed() is boxed  # type: ignore[attr-defined]
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4)
+    args = [x.clone(), w]
+    assert torch.equal(boxed(args)[0], run([x, w])[0]) and args == []
+    alive: list[bool] = []
+
+    class _Watch(_Recording):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is torch.ops.aten.relu.default:
+                alive.append(ref() is not None)  # x's last reader has run
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+    given = [torch.randn(3, 4), w]
+    ref = weakref.ref(given[0])
+    with _Watch() as seen_boxed:
+        boxed(given)
+    other = torch.randn(3, 4)
+    with _Recording() as seen_graph:
+        gm.forward(other, w)
+    assert alive == [False] and seen_boxed.calls == seen_graph.calls
+
+
+def test_no_boxed_call_without_a_plain_signature() -> None:
+    gm = make_fx(lambda: torch.ones(2) * 2)()
+    assert direct_forward(gm).boxed() is None  # type: ignore[attr-defined]

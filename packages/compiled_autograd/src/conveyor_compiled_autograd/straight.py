@@ -16,8 +16,10 @@ with a local per value, dropped (``x = None``) right after its last reader:
   wrapper ran, Note [Sizes as ints]);
 * before the first segment or opaque step, ``inputs.clear()`` (the lifted
   inputs are ours: activations are freed as they are used, as before);
-* a compiled segment is one call of its :class:`SegmentProgram` on the
-  tuple of its inputs, then a subscript per output that later steps read;
+* a compiled segment is one call of its :class:`SegmentProgram` on a list
+  of its inputs, made right before the call and given away (the inputs no
+  later step reads are dropped before the call: Note [Inputs freed
+  early]), then a subscript per output that later steps read;
   a segment that runs node by node is its nodes, copied;
 * plumbing and opaque nodes (hooks, foreign Functions, accumulations) are
   copied as they are, in plan order; the final-callbacks stub runs the
@@ -37,7 +39,7 @@ from __future__ import annotations
 import functools
 import operator
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -108,7 +110,8 @@ def straight_line(
                     env[node] = graph.node_copy(node, env.__getitem__)
                 continue
             steal = [n for n in item.outputs if any(u in stealable for u in n.users)]
-            call = graph.call_function(_SegmentCall(program, [item.outputs.index(n) for n in steal]), (tuple(env[n] for n in item.inputs),))
+            values = graph.call_function(list, (tuple(env[n] for n in item.inputs),))  # Note [Inputs freed early]
+            call = graph.call_function(_SegmentCall(program, [item.outputs.index(n) for n in steal]), (values,))
             for j, node in enumerate(item.outputs):
                 env[node] = graph.call_function(operator.getitem, (call, j))
             for j, node in enumerate(steal):
@@ -147,8 +150,8 @@ class _SegmentCall:
         self.program = program
         self.steal = steal
 
-    def __call__(self, values: Sequence[Any]) -> list[Any]:
-        outs = self.program(values)
+    def __call__(self, values: list[Any]) -> list[Any]:
+        outs = self.program(values, owned=True)  # Note [Inputs freed early]
         if self.steal:
             flags = self.program.fresh(values, outs)
             outs.extend([flags[j] for j in self.steal])

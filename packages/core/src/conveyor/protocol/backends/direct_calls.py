@@ -26,6 +26,17 @@ otherwise offer the call to ``__torch_function__`` overrides and modes,
 which an ``_op`` call never reaches). Dispatch modes, subclasses'
 ``__torch_dispatch__`` and autograd see the same calls as before (tested
 for each entry).
+
+Note [Inputs freed at their last use]: the graph's code drops each value
+(``x = None``) after its last reader, but ``forward(gm, *args)`` keeps every
+input alive until the call returns: the caller's list holds them. The
+compiled callable offers the same code taking its list, ``run.boxed()``
+(made on first request: a second compile of the code that only its users
+pay), which unpacks the list and clears it (the flat calling convention
+lets a callee clear its list), so an input the caller no longer holds is
+freed at its last reader and its memory is reused by the ops after it, as
+eager's engine frees saved tensors node by node. The same operators run on
+the same arguments; only when a reference is dropped changes.
 """
 
 from __future__ import annotations
@@ -192,16 +203,66 @@ def direct_forward(gm: torch.fx.GraphModule) -> Callable[[list[Any]], Sequence[A
     forward = _named_calls(gm.code, names) or types.FunctionType(
         code.__code__, names, code.__name__, code.__defaults__, code.__closure__
     )
-    if bindings:
+    made: list[Callable[[list[Any]], Sequence[Any]] | None] = []
+
+    def boxed() -> Callable[[list[Any]], Sequence[Any]] | None:
+        """Note [Inputs freed at their last use]: the call that clears its
+        list, or ``None`` where the code's signature is not plain."""
+        if not made:
+            taking = _taking_list(gm.code, names)
+            made.append(None if taking is None else _calling(gm, taking, bool(bindings), boxed=True))
+        return made[0]
+
+    run = _calling(gm, forward, bool(bindings), boxed=False)
+    run.boxed = boxed  # type: ignore[attr-defined]
+    return run
+
+
+def _calling(gm: torch.fx.GraphModule, forward: Callable[..., Any], bound: bool, boxed: bool) -> Callable[[list[Any]], Sequence[Any]]:
+    """``args -> outputs`` calling ``forward`` with the graph's inputs
+    spread (``boxed``: with the list itself), under ``DisableTorchFunction``
+    where ``bound`` (Note [Torch-level calls])."""
+    if bound:
         no_torch_function = torch._C.DisableTorchFunction
+        if boxed:
+
+            def run_bound_boxed(args: list[Any]) -> Sequence[Any]:
+                with no_torch_function():
+                    return forward(gm, args)  # type: ignore[no-any-return]
+
+            return run_bound_boxed
 
         def run_bound(args: list[Any]) -> Sequence[Any]:
             with no_torch_function():  # Note [Torch-level calls]
                 return forward(gm, *args)  # type: ignore[no-any-return]
 
         return run_bound
+    if boxed:
+
+        def run_boxed(args: list[Any]) -> Sequence[Any]:
+            return forward(gm, args)  # type: ignore[no-any-return]
+
+        return run_boxed
 
     def run(args: list[Any]) -> Sequence[Any]:
         return forward(gm, *args)  # type: ignore[no-any-return]
 
     return run
+
+
+#: FX's signature line: ``def forward(self, a, b, ...)`` with plain names (and a return annotation)
+_SIGNATURE = re.compile(r"^def forward\(self((?:, [A-Za-z_]\w*)+)\)((?: -> [^\n]*)?):\n", re.MULTILINE)
+
+
+def _taking_list(source: str, names: dict[str, Any]) -> Callable[..., Any] | None:
+    """The graph's code taking its inputs as one list that it clears
+    (Note [Inputs freed at their last use]), with the call sites of
+    Note [Calls by name]; ``None`` where the signature is not FX's plain
+    one (a pytree or other code generator) or the code does not compile."""
+    found = list(_SIGNATURE.finditer(source))
+    if len(found) != 1:
+        return None
+    params = found[0].group(1)[2:]
+    head = f"def forward(self, _conveyor_args){found[0].group(2)}:\n    {params}, = _conveyor_args\n    _conveyor_args.clear()\n"
+    taking = source[: found[0].start()] + head + source[found[0].end() :]
+    return _named_calls(taking, dict(names))
