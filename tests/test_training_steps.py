@@ -83,7 +83,9 @@ def test_a_whole_training_step_matches_eager(entry: str, opt_name: str) -> None:
     assert not eager, eager
     split = [str(w.message) for w in caught if "through dynamo" in str(w.message)]
     if entry == "conveyor":
-        assert len(split) == 1 and "opt.state" in split[0], split
+        # the first thing one graph cannot hold: the gradients clip_grad_norm_ reads (Note [Hooks and
+        # gradients a program reaches]), else the optimizer state the step writes
+        assert len(split) == 1 and (".grad" in split[0] or "opt.state" in split[0]), split
         assert compiled.last.backend == "dynamo (split)"
     else:
         assert not split, split

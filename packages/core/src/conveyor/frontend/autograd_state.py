@@ -6,6 +6,20 @@ tensor's autograd state or swap its data behind autograd's back; a graph
 traced below autograd records none of them. A program doing one of these runs
 eagerly, with a warning, with one exception.
 
+Note [Hooks and gradients a program reaches]: ``x.register_hook(h)``,
+``x.register_post_accumulate_grad_hook(h)`` and ``x.retain_grad()`` attach
+Python to autograd's graph, and ``p.grad`` (read or set) is the state that
+graph accumulates into: a trace on fake tensors would register the hook on a
+fake that no call ever differentiates again, or read a gradient a stand-in
+does not have (``conveyor.compile(opt.step)`` updated nothing: every
+``p.grad`` was ``None``), or set one no caller sees. Dynamo handles each
+(hooks on inputs registered outside its graphs, pure hooks on intermediates
+as a ``register_hook`` operator, gradients lifted to graph inputs, ``p.grad
+= None`` replayed after the graph), so a standalone program that does one of
+them compiles through dynamo (``DynamoSplits``: Note [Programs only dynamo can
+split]); a dynamo graph that still holds one (a pure hook on an
+intermediate) runs eagerly, with a warning.
+
 Note [Tensors the program makes require grad]: ``out.requires_grad_()`` on a
 tensor the program computed and that does not require grad makes it a new
 leaf of autograd's graph. transformers' ``enable_input_require_grads`` hook
@@ -31,12 +45,20 @@ import torch
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.overrides import TorchFunctionMode
 
-from conveyor.errors import EagerFallback
+from conveyor.errors import DynamoSplits, EagerFallback
 from conveyor.frontend import fallback
 
 _REFUSED_METHODS = {torch.Tensor.requires_grad_: "requires_grad_", torch.Tensor.detach_: "detach_"}
 _REQUIRES_GRAD_SETTER = torch._C.TensorBase.__dict__["requires_grad"]
 _REFUSED_SETTERS = {_REQUIRES_GRAD_SETTER: "requires_grad (set)", torch._C.TensorBase.__dict__["data"]: "data (set)"}
+#: Note [Hooks and gradients a program reaches]
+_AUTOGRAD_HOOKS = {
+    torch.Tensor.register_hook: "registers a hook on a tensor (register_hook)",
+    torch.Tensor.register_post_accumulate_grad_hook: "registers a hook on a tensor (register_post_accumulate_grad_hook)",
+    torch.Tensor.retain_grad: "makes a tensor keep its gradient (retain_grad)",
+}
+_GRAD = torch._C.TensorBase.__dict__["grad"]
+_DESCRIPTOR_CALLS = ("__get__", "__set__", "__delete__")
 
 
 def _made_by_program(t: torch.Tensor) -> bool:
@@ -61,7 +83,12 @@ class AutogradStateWatcher(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = _REFUSED_METHODS.get(func)
-        setter = getattr(func, "__self__", None) if getattr(func, "__name__", None) == "__set__" else None
+        call = getattr(func, "__name__", None)
+        hooked = _AUTOGRAD_HOOKS.get(func)
+        if hooked is not None or (call in _DESCRIPTOR_CALLS and getattr(func, "__self__", None) is _GRAD):
+            what = hooked or "reads or sets a tensor's .grad"
+            raise DynamoSplits(f"it {what} (Note [Hooks and gradients a program reaches])")
+        setter = getattr(func, "__self__", None) if call == "__set__" else None
         if name is None and setter is not None:
             name = _REFUSED_SETTERS.get(setter)
         if name is None:

@@ -1,0 +1,106 @@
+"""Note [Hooks and gradients a program reaches]: tensor hooks and ``.grad``
+inside a compiled program behave as in eager, on both entry points (found
+by sweeps of PyTorch's hook tests and of optimizer steps: the hooks were
+silently dropped, ``conveyor.compile(opt.step)`` silently updated nothing)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import conveyor
+import pytest
+import torch
+
+ENTRIES: dict[str, Callable[[Callable[..., Any]], Any]] = {
+    "conveyor": conveyor.compile,
+    "dynamo": lambda f: torch.compile(f, backend="conveyor"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    torch._dynamo.reset()
+
+
+def _quiet(fn: Callable[..., Any], *args: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="conveyor: ", category=UserWarning)
+        return fn(*args)
+
+
+def _hook_on_intermediate(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y.register_hook(lambda g: g + 1)
+    return y.sum()
+
+
+def _hook_on_input(x: torch.Tensor) -> torch.Tensor:
+    x.register_hook(lambda g: g * 3)
+    return (x * 2).sum()
+
+
+def _retain_grad(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x * 2
+    y.retain_grad()
+    return y.sum(), y
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("program", [_hook_on_intermediate, _hook_on_input], ids=["intermediate", "input"])
+def test_a_hook_the_program_registers_runs_in_the_backward(program: Any, entry: str) -> None:
+    x, ref = torch.zeros(3, requires_grad=True), torch.zeros(3, requires_grad=True)
+    _quiet(ENTRIES[entry](program), x).backward()
+    program(ref).backward()
+    torch.testing.assert_close(x.grad, ref.grad)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_retain_grad_keeps_the_intermediates_gradient(entry: str) -> None:
+    x, ref = torch.ones(3, requires_grad=True), torch.ones(3, requires_grad=True)
+    loss, y = _quiet(ENTRIES[entry](_retain_grad), x)
+    loss.backward()
+    ref_loss, ref_y = _retain_grad(ref)
+    ref_loss.backward()
+    assert y.grad is not None
+    torch.testing.assert_close(y.grad, ref_y.grad)
+
+
+def _sgd(entry: str, optimizer: Callable[[Any], torch.optim.Optimizer]) -> None:
+    torch.manual_seed(0)
+    lin, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    ref.load_state_dict(lin.state_dict())
+    opt, ref_opt = optimizer(lin.parameters()), optimizer(ref.parameters())
+    step = ENTRIES[entry](opt.step)
+    for _ in range(3):
+        for m in (lin, ref):
+            m.zero_grad()
+            m(torch.ones(1, 3)).sum().backward()
+        _quiet(step)
+        ref_opt.step()
+        for p, q in zip(lin.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p, q)
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize(
+    "optimizer",
+    [lambda ps: torch.optim.SGD(ps, lr=0.1), lambda ps: torch.optim.Adam(ps, lr=0.1, foreach=False)],
+    ids=["sgd", "adam"],
+)
+def test_a_compiled_optimizer_step_reads_the_gradients(entry: str, optimizer: Any) -> None:
+    _sgd(entry, optimizer)
+
+
+def test_setting_grad_inside_the_program_is_seen_by_the_caller() -> None:
+    w = torch.nn.Parameter(torch.ones(3))
+    w.grad = torch.full((3,), 2.0)
+
+    def clear(p: torch.Tensor) -> torch.Tensor:
+        p.grad = None
+        return p * 2
+
+    with pytest.warns(UserWarning, match=r"through dynamo.*\.grad"):
+        conveyor.compile(clear)(w)
+    assert w.grad is None
