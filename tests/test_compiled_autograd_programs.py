@@ -1,0 +1,155 @@
+"""PyTorch's own compiled-autograd and hook programs, through conveyor's
+forward (``conveyor.compile``, ``torch.compile(backend="conveyor")``) and
+backward (``conveyor_compiled_autograd.enable()``), checked against eager:
+values, gradients, and which hooks fired, in which order, with what.
+
+The programs and the harness: ``ca_program_harness`` and the catalogues it
+names. ``KNOWN`` lists the runs that differ from eager: conveyor's open bugs
+(``xfail(strict=True)``: a fix makes them pass, and the entry must go) and the
+runs where torch's own counterpart (``torch.compile(backend="aot_eager")``,
+torch's compiled autograd) differs from eager in the same way (skipped, with
+the reason). The default run checks a representative handful; ``--runslow``
+runs every program in every mode, and a subset through the inductor backend.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the catalogues (--import-mode=importlib)
+import autograd_grad_programs  # noqa: E402, F401  (registers its programs)
+import autograd_hook_programs  # noqa: E402, F401
+import ca_program_harness as h  # noqa: E402
+import compiled_autograd_programs  # noqa: E402, F401
+import hook_programs  # noqa: E402, F401
+
+MODES = [(f, b) for f in h.FORWARDS for b in h.BACKWARDS if (f, b) != ("eager", "engine")]
+
+B1 = ("conveyor.compile drops the tensor hooks, retain_grad and post-accumulate-grad hooks a program "
+      "registers inside it, silently (h_sweep3 B1)")
+B2 = ("torch.compile(backend='conveyor') drops a hook dynamo put in the graph for an intermediate "
+      "(closure, partial, or any hook under compiled autograd), silently (h_sweep3 B2)")
+B3 = "a custom Function's backward runs its Python side effects at conveyor's trace time, once (h_sweep3 B3)"
+B4 = "a forward hook added after the compile on a module the compiled function calls is not seen (h_sweep3 B4)"
+B5 = "torch.cond with a gradient under conveyor.compile raises an internal TypeError (h_sweep3 B5)"
+B6 = "a tensor hook on an output of a compiled program whose gradient is undefined (None) is not called (h_sweep3 B6)"
+B7 = "saved-tensor pack hooks are called with FakeTensors while conveyor traces (h_sweep3 B7)"
+REFUSED = "higher-order gradients through a compiled program: a loud refusal, as torch.compile's"
+TORCH_ORDER = "torch's compiled autograd (aot_eager) differs alike: hook order / values in one captured graph"
+TORCH_DYNAMO = "torch.compile(backend='aot_eager') differs from eager alike (torch's behaviour)"
+
+_ANY_BW = h.BACKWARDS
+
+
+def _known() -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(program, forward, backward) -> (kind, why): kind "bug" (conveyor's, open), "refused" (a loud
+    refusal torch.compile makes too) or "torch" (torch's counterpart differs from eager alike)."""
+    known: dict[tuple[str, str, str], tuple[str, str]] = {}
+
+    def add(kind: str, why: str, forwards: tuple[str, ...], backwards: tuple[str, ...], *names: str) -> None:
+        for name in names:
+            assert name in h.PROGRAMS, name
+            for f in forwards:
+                for b in backwards:
+                    known[(name, f, b)] = (kind, why)
+
+    add("bug", B1, ("conveyor",), _ANY_BW,
+        "register_hook_only_returns_input", "register_hook_input_with_outputs", "handle_removed_inside",
+        "handles_returned_then_removed", "hook_on_input_and_intermediate_inner", "hook_on_intermediate",
+        "hook_on_intermediate_used_before_and_after", "hook_on_intermediate_returns_none", "hook_stores_gradients",
+        "intermediary_partial_hooks_module", "input_hook_in_module", "state_mutating_hooks",
+        "partial_hook_object_values", "leaf_hook_closure_per_call", "leaf_hook_nested_closure",
+        "intermediate_hook_closure_per_call", "intermediate_hook_closure_object", "hook_rebound_between_calls",
+        "post_acc_grad_hook_registered_inside", "retain_grad", "retain_grad_inplace",
+        "retain_grad_inplace_over_view", "retains_grad_inplace_multiple_outputs", "tensor_hooks_inplace",
+        "tensor_hooks_inplace_multiple_outputs", "tensor_hooks_inplace_over_view")
+    add("bug", B2, ("dynamo",), _ANY_BW,
+        "intermediate_hook_closure_object", "partial_hook_object_values", "intermediate_hook_closure_per_call",
+        "hook_rebound_between_calls")
+    add("bug", B2, ("dynamo",), ("ca",),
+        "hook_on_intermediate", "hook_on_intermediate_returns_none", "hook_stores_gradients",
+        "state_mutating_hooks", "hook_on_input_and_intermediate_inner", "intermediary_partial_hooks_module",
+        "hook_on_intermediate_then_cond", "hook_on_intermediate_used_before_and_after", "tensor_hooks_inplace",
+        "hook_on_intermediate_in_containers")
+    add("bug", B3, ("conveyor",), _ANY_BW, "custom_fn_bw_side_effect")
+    add("bug", B4, ("conveyor",), _ANY_BW, "forward_hook_added_after_compile")
+    add("bug", B5, ("conveyor",), _ANY_BW, "hook_on_intermediate_then_cond")
+    add("bug", B6, ("conveyor", "dynamo"), _ANY_BW, "grad_nonleaf_unbind_hook")
+    add("bug", B7, ("conveyor", "dynamo"), _ANY_BW, "saved_tensor_hooks")
+    add("refused", REFUSED, ("conveyor", "dynamo"), _ANY_BW, "hessian_vector_create_graph", "double_backward_grad")
+    add("refused", REFUSED, ("conveyor", "dynamo"), ("ca",), "accumulate_grad_create_graph")
+    add("torch", TORCH_ORDER, ("eager",), ("ca",), "grad_nonleaf_unbind_hook")
+    add("torch", TORCH_DYNAMO, ("dynamo",), _ANY_BW, "forward_hook_added_after_compile",
+        "grad_fn_prehooks_multiple_outputs", "retains_grad_inplace_multiple_outputs")
+    add("torch", TORCH_DYNAMO, ("dynamo",), ("engine",), "hook_on_intermediate_in_containers",
+        "hook_on_intermediate_used_before_and_after")
+    add("torch", TORCH_DYNAMO, ("conveyor", "dynamo"), ("engine",), "hooks_counter_and_modify")
+    add("torch", TORCH_ORDER, ("eager", "conveyor", "dynamo"), ("ca",), "post_acc_grad_hook_ordering",
+        "tensor_hooks_inplace_multiple_outputs", "node_post_hook_registered_in_unpack")
+    add("torch", TORCH_ORDER, ("conveyor", "dynamo"), ("ca",), "hooks_counter_and_modify")
+    return known
+
+
+KNOWN = _known()
+
+#: the default run: a representative program of each kind, in every mode
+FAST = (
+    "basic", "tensor_grad_hook3", "inplace_grad_update", "keep_graph_simple", "output_nodes_some_leaves",
+    "queued_callback", "register_hook_input_with_outputs", "grad_fn_prehooks_custom", "prehook_ordering",
+    "post_acc_grad_hook_optimizer_in_backward", "hooks_under_grad_and_inputs", "module_full_backward_hooks",
+    "saved_tensor_hooks", "post_acc_grad_hook_returns_not_none",
+)
+
+
+def _check(name: str, forward: str, backward: str, backend: str = "eager") -> None:
+    kind, why = KNOWN.get((name, forward, backward), (None, ""))
+    if kind == "torch":
+        pytest.skip(why)
+    expected, actual = h.outcome(name, forward, backward, backend)
+    if kind == "refused":
+        assert isinstance(actual.error, RuntimeError) and "not supported" in str(actual.error), actual.error
+        return
+    h.compare(expected, actual, backend)
+
+
+def _params(names: tuple[str, ...] | list[str]) -> list[object]:
+    out = []
+    for name in names:
+        for f, b in MODES:
+            kind, why = KNOWN.get((name, f, b), (None, ""))
+            marks = [pytest.mark.xfail(strict=True, reason=why)] if kind == "bug" else []
+            out.append(pytest.param(name, f, b, marks=marks, id=f"{name}-{f}-{b}"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "forward", "backward"), _params(FAST))
+def test_representative_program(name: str, forward: str, backward: str) -> None:
+    _check(name, forward, backward)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "forward", "backward"), _params(sorted(set(h.PROGRAMS) - set(FAST))))
+def test_every_program(name: str, forward: str, backward: str) -> None:
+    _check(name, forward, backward)
+
+
+#: through Inductor: one program of each kind, both entry points, under compiled autograd
+INDUCTOR = ("basic", "custom_fn_saved_tensors", "prehook_ordering", "module_full_backward_hooks", "saved_tensor_hooks")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "forward", "backward"), [
+    p for p in _params(INDUCTOR) if p.values[1] != "eager" and p.values[2] == "ca"  # type: ignore[attr-defined]
+])
+def test_program_through_inductor(name: str, forward: str, backward: str) -> None:
+    pytest.importorskip("torch._inductor")
+    _check(name, forward, backward, backend="inductor")
+
+
+def test_catalogue_is_whole() -> None:
+    """Every program is registered once, with its origin upstream."""
+    assert len(h.PROGRAMS) >= 90
+    assert all(p.origin.startswith("test/") for p in h.PROGRAMS.values())
