@@ -138,3 +138,23 @@ def test_a_non_leaf_input_is_not_served_by_the_lowered_graph():
     f(x, leaf).backward()
     assert len(compiled.entries) == 1
     torch.testing.assert_close(leaf.grad, 2 * x)
+
+
+def test_a_body_traced_under_vmap_keeps_its_batched_tensors() -> None:
+    """``associative_scan`` (combine_mode="generic", transformers' Mamba on CPU)
+    traces its combine function under vmap: the capture's closure finder must
+    not take a BatchedTensor for a real tensor the program closes over (it
+    made a fake of it, which escaped the vmap)."""
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+
+    def scan(a, b):
+        return associative_scan(combine, (a, b), dim=2, combine_mode="generic")[1]
+
+    a, b = torch.rand(2, 3, 4, 2), torch.randn(2, 3, 4, 2)
+    torch._dynamo.reset()
+    got = torch.compile(scan, backend="conveyor")(a, b)
+    torch._dynamo.reset()
+    torch.testing.assert_close(got, torch.compile(scan, backend="aot_eager")(a, b))

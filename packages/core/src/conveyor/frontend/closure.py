@@ -57,6 +57,8 @@ class _RealTensors(TorchFunctionMode):
     def _swap(self, t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, FakeTensor) or type(t) not in (torch.Tensor, torch.nn.Parameter):
             return t  # fakes, and the tracer's own wrappers
+        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+            return t  # functorch's (a vmap BatchedTensor of a body traced under vmap: associative_scan's)
         if id(t) in self.swaps:
             self.used.add(id(t))
             return self.swaps[id(t)]
