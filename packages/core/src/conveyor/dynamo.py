@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import operator
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -36,7 +37,7 @@ from conveyor.frontend.capture import trace_user
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.fallback import watching_capture
 from conveyor.protocol import structured_trace, timings
-from conveyor.protocol.config import resolve
+from conveyor.protocol.config import Config, resolve
 from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.stage import CompiledFn
@@ -365,7 +366,37 @@ def conveyor_backend(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None
 ) -> DynamoCompiled:
     """The dynamo backend function (``torch._dynamo.list_backends()`` lists it)."""
-    return backend(Pipeline(resolve(options or {})))(gm, example_inputs)
+    return backend(_pipeline(resolve(options or {})))(gm, example_inputs)
+
+
+#: Note [One pipeline per configuration behind dynamo]: dynamo calls the
+#: backend once per graph it makes, and building a pipeline reads the
+#: entry-point group and loads every plugin (about 5 ms: a third of a small
+#: graph's compile, paid again at every graph break). So the pipelines built
+#: here are kept, by the resolved configuration (which holds the environment
+#: and ``pyproject.toml`` layers, read again on every call) and ``sys.path``
+#: (which decides the entry points found): a changed setting, or a plugin
+#: put on the path, builds anew. A pipeline is stateless between compiles
+#: (``conveyor.compile`` keeps one for all its calls too); the most recent
+#: few are kept.
+_pipelines: list[tuple[tuple[Any, ...], Pipeline]] = []
+_KEPT_PIPELINES = 8
+
+
+def _pipeline(config: Config) -> Pipeline:
+    """The pipeline of ``config`` (Note [One pipeline per configuration behind dynamo])."""
+    key = (config, tuple(sys.path))
+    for kept, pipeline in _pipelines:
+        try:
+            same = bool(kept == key)
+        except Exception:  # a stage option whose == does not answer a bool (an array)
+            same = False
+        if same:
+            return pipeline
+    pipeline = Pipeline(config)  # fails loudly, and then keeps nothing
+    _pipelines.append((key, pipeline))
+    del _pipelines[:-_KEPT_PIPELINES]
+    return pipeline
 
 
 def backend(pipeline: Pipeline) -> Callable[[torch.fx.GraphModule, Sequence[Any]], DynamoCompiled]:
