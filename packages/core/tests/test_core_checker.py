@@ -136,3 +136,17 @@ def test_a_backward_that_fails_in_eager_must_fail_compiled():
 def _scaled_grad(out, extra):
     """``out`` by value; its gradient scaled by ``1 + extra``."""
     return out + extra * (out - out.detach())
+
+
+def test_inputs_viewing_a_base_of_another_dtype_are_cloned_in_their_own_dtype() -> None:
+    c = torch.randn(3, 2, dtype=torch.complex128, requires_grad=True) * 1
+    f = torch.randn(4, 2, dtype=torch.float64)
+    views = [torch.view_as_real(c)[1:], c.imag, c.real, torch.view_as_complex(f), f.view(torch.int64)]
+    clones = clone_inputs(views)
+    for v, k in zip(views, clones, strict=True):
+        assert (k.dtype, k.shape, k.stride(), k.storage_offset()) == (v.dtype, v.shape, v.stride(), v.storage_offset())
+        assert torch.equal(k, v) and k.requires_grad == v.requires_grad
+    assert clones[0].untyped_storage()._cdata == clones[1].untyped_storage()._cdata  # one clone of c
+    import conveyor
+
+    check(lambda t, u: (t * 2, u.sum()), clones[0], clones[1], compile=conveyor.compile)

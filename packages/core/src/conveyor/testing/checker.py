@@ -91,11 +91,25 @@ def clone_inputs(leaves: Sequence[Any]) -> list[Any]:
         if v._base is None:
             out.append(clone_root(v))
             continue
-        view = clone_root(v._base).as_strided(v.size(), v.stride(), v.storage_offset())
+        view = _in_dtype(clone_root(v._base), v.dtype).as_strided(v.size(), v.stride(), v.storage_offset())
         if v.is_leaf and v.requires_grad and not view.requires_grad:
             view.requires_grad_(True)
         out.append(view)
     return out
+
+
+def _in_dtype(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``base`` seen as ``dtype`` (a view of it, with its history), for an
+    input that views a base of another dtype (``view_as_real(c)``, ``c.real``,
+    ``view_as_complex(f)``, ``f.view(torch.int32)``): its storage offset and
+    strides count elements of its own dtype."""
+    if base.dtype == dtype:
+        return base
+    if base.is_complex() and not dtype.is_complex and base.real.dtype == dtype:
+        return torch.view_as_real(base)
+    if dtype.is_complex and not base.is_complex() and base.dim() and base.size(-1) == 2 and base.stride(-1) == 1:
+        return torch.view_as_complex(base)
+    return base.view(dtype) if base.dim() else base.reshape(1).view(dtype)
 
 
 def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
