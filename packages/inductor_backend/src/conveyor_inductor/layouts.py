@@ -118,26 +118,45 @@ def keep_output_strides(gm: torch.fx.GraphModule) -> None:
     node.meta["user_visible_output_idxs"] = [i for i, r in enumerate(returned) if isinstance(r, torch.fx.Node)]
 
 
-def changed_output_strides(gm: torch.fx.GraphModule, compiled: Any) -> list[str]:
-    """The outputs whose strides Inductor reports differently from ``gm``'s
-    fake values (dimensions of size 0 or 1 ignored: their stride means
-    nothing), as ``"output i: expected ..., got ..."``; empty when it reports
-    none it could read (symbolic strides are not compared)."""
+#: each output's sizes and strides (``None``: not a static strided tensor), plain data
+Layouts = tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...]
+
+
+def output_layouts(gm: torch.fx.GraphModule) -> Layouts:
+    """The sizes and strides of ``gm``'s outputs as its fake values say
+    (``None`` for an output without a static strided fake value)."""
+    _, returned = outputs(gm)
+    found: list[tuple[tuple[int, ...], tuple[int, ...]] | None] = []
+    for r in returned:
+        val = r.meta.get("val") if isinstance(r, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.layout is not torch.strided:
+            found.append(None)
+            continue
+        try:
+            found.append((tuple(int(n) for n in val.shape), tuple(int(s) for s in val.stride())))
+        except (TypeError, ValueError):
+            found.append(None)  # symbolic
+    return tuple(found)
+
+
+def changed_output_strides(expected: Layouts, compiled: Any) -> list[str]:
+    """The outputs whose strides Inductor reports differently from
+    ``expected`` (:func:`output_layouts` of the graph it compiled; dimensions
+    of size 0 or 1 ignored: their stride means nothing), as ``"output i:
+    expected ..., got ..."``; empty when it reports none it could read
+    (symbolic strides are not compared)."""
     reported = getattr(compiled, "output_strides", None)
     if not isinstance(reported, (list, tuple)):
         return []
-    _, returned = outputs(gm)
     changed = []
-    for i, (r, strides) in enumerate(zip(returned, reported)):
-        val = r.meta.get("val") if isinstance(r, torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor) or strides is None or val.layout is not torch.strided:
+    for i, (layout, strides) in enumerate(zip(expected, reported)):
+        if layout is None or strides is None:
             continue
+        sizes, want = layout
         try:
             got = tuple(int(s) for s in strides)
-            expected = tuple(int(s) for s in val.stride())
-            sizes = tuple(int(n) for n in val.shape)
         except (TypeError, ValueError):
             continue  # symbolic
-        if _differ(sizes, got, expected):
-            changed.append(f"output {i} (size {list(sizes)}): expected strides {list(expected)}, got {list(got)}")
+        if _differ(sizes, got, want):
+            changed.append(f"output {i} (size {list(sizes)}): expected strides {list(want)}, got {list(got)}")
     return changed

@@ -38,23 +38,33 @@ def decompose(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.Gr
     return gm
 
 
-def compile_decomposed(gm: torch.fx.GraphModule, where: fx_cache.Scope, label: str, config: dict[str, Any]) -> Any:
-    """Inductor's callable for the decomposed ``gm`` (its ``meta["val"]`` set,
-    on ``where``'s fake inputs), compiled where ``where`` says so that
-    Inductor's FX graph cache can serve it (Note [Inductor's FX graph cache]);
-    its outputs checked to keep ``gm``'s strides (Note [Layouts in the
-    inductor backend]). Inductor may rewrite ``gm`` in place."""
+def compile_decomposed(
+    gm: torch.fx.GraphModule,
+    where: fx_cache.Scope,
+    label: str,
+    config: dict[str, Any],
+    expected: layouts.Layouts | None = None,
+) -> Any:
+    """Inductor's callable for the decomposed ``gm`` (on ``where``'s fake
+    inputs), compiled where ``where`` says so that Inductor's FX graph cache
+    can serve it (Note [Inductor's FX graph cache]); its outputs checked to
+    keep the ``expected`` layouts, by default those of ``gm``'s fake values
+    (Note [Layouts in the inductor backend]). ``gm`` has its ``meta["val"]``
+    set, or comes with ``expected`` (Note [Fake values Inductor makes
+    itself] in ``program.py``). Inductor may rewrite ``gm`` in place."""
     inductor = api()
+    if expected is None:
+        expected = layouts.output_layouts(gm)
     if not where.cached:
         log.debug("%s: Inductor's FX graph cache not used: %s", label, where.why)
     with where.entered(), inductor.config.patch({**config, **where.config}):
         compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
-    changed = layouts.changed_output_strides(gm, compiled)
+    changed = layouts.changed_output_strides(expected, compiled)
     if changed and where.cached:  # a cache entry written without the mark: compile it afresh
         log.debug("%s: Inductor's cached program changed output strides (%s): compiling again", label, changed)
         with where.entered(), inductor.config.patch({**config, "fx_graph_cache": False}):
             compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
-        changed = layouts.changed_output_strides(gm, compiled)
+        changed = layouts.changed_output_strides(expected, compiled)
     if changed:
         raise StageError(
             STAGE,

@@ -10,11 +10,11 @@ makes it: the graph the backend handed Inductor (after the decompositions:
 :func:`conveyor_inductor.lowering.decompose`), a plain-data description of
 each input (sizes, strides, storage offset, dtype, device,
 ``requires_grad``; an int as its value), the label and the Inductor
-configuration. Loading makes a callable that compiles on its first call:
-fake inputs from the descriptions, each node's fake value propagated from
-them (:func:`propagate`: one fake op per node, where the decomposing retrace
-costs three to four times as much), and the same ``compile_fx_inner`` call
-as the first process, under the configuration Inductor has in that process.
+configuration, and the sizes and strides of its outputs. Loading makes a
+callable that compiles on its first call: fake inputs from the
+descriptions, and the same ``compile_fx_inner`` call as the first process,
+under the configuration Inductor has in that process (Note [Fake values
+Inductor makes itself]: no fake value is propagated over the graph).
 Inductor's own FX graph cache usually serves that compile, so a loaded
 program costs a cache lookup and a library load, not a C++ build; and what
 runs is always what Inductor makes of this graph now, never a stale binary.
@@ -28,6 +28,22 @@ module's pickled ``__dict__`` and code (Note [Inductor's FX graph cache]),
 is the same; the copy also keeps the stored graph as the retrace made it
 when Inductor rewrites the one it compiles.
 
+Note [Fake values Inductor makes itself]: a loaded graph has no
+``meta["val"]`` (the disk cache keeps plain data only), and it is handed to
+``compile_fx_inner`` without any on its operations: a hit in Inductor's FX
+graph cache never reads one (the key hashes the module's code and the fake
+inputs; the stored program is loaded by it), and a miss propagates its own
+over the whole graph (``fake_tensor_prop`` in ``codegen_and_compile``, under
+``no_grad``, before anything reads them), replacing any it finds. What the
+backend itself reads from them, the outputs' layouts it checks Inductor's
+result against (Note [Layouts in the inductor backend]), is stored with the
+program. Only the placeholders get theirs, the fake inputs, for what
+Inductor reads of the inputs before that propagation (their devices). A
+propagation over a training step's forward and backward graphs cost about
+0.15 s of a warm first call, and its fake values about 5k objects the
+garbage collector scanned (the test of a loaded program compiled on a miss
+is ``test_a_loaded_program_compiles_on_an_inductor_miss``).
+
 A graph with symbolic sizes is not described (its sizes are symbols of a
 live ``ShapeEnv``, which a later process cannot have): its callable does not
 pickle, and the program is not stored (the disk cache stores no symbolic
@@ -36,7 +52,6 @@ program anyway).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +63,7 @@ from conveyor.stage_api import reducible
 from conveyor_inductor import fx_cache, layouts, lowering
 from conveyor_inductor.specs import TensorSpec, describe_inputs
 
-__all__ = ["InductorProgram", "Made", "TensorSpec", "describe_inputs", "for_inductor", "program", "propagate"]
+__all__ = ["InductorProgram", "Made", "TensorSpec", "describe_inputs", "for_inductor", "program"]
 
 
 @dataclass(frozen=True)
@@ -109,33 +124,10 @@ def program(
 
     if described is None:
         return Made(run, info)  # a closure that does not pickle: the program is not stored
-    return Made(reducible(run, _loaded, decomposed, described, request.label, config, request.grad_enabled), info)
-
-
-def propagate(gm: torch.fx.GraphModule, where: fx_cache.Scope) -> None:
-    """Set each node's ``meta["val"]``: its value run on ``where``'s fake
-    inputs, in ``where``'s fake mode (a graph loaded from the disk cache has
-    none; Note [Storing Inductor programs])."""
-    values: dict[torch.fx.Node, Any] = {}
-    attrs: dict[str, Any] = {}
-    inputs = iter(where.inputs)
-    with where.fake_mode:
-        for node in gm.graph.nodes:
-            if node.op == "placeholder":
-                value = next(inputs)
-            elif node.op == "get_attr":
-                value = attrs.get(node.target)
-                if value is None:
-                    value = operator.attrgetter(str(node.target))(gm)
-                    if isinstance(value, torch.Tensor):
-                        value = where.fake_mode.from_tensor(value, static_shapes=True)
-                    attrs[str(node.target)] = value
-            elif node.op == "call_function":
-                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), values.__getitem__)
-                value = node.target(*args, **kwargs)  # type: ignore[operator]
-            else:
-                continue
-            values[node] = node.meta["val"] = value
+    expected = layouts.output_layouts(decomposed)
+    return Made(
+        reducible(run, _loaded, decomposed, described, request.label, config, request.grad_enabled, expected), info
+    )
 
 
 def _loaded(
@@ -144,19 +136,21 @@ def _loaded(
     label: str,
     config: dict[str, Any],
     grad_enabled: bool,
+    expected: layouts.Layouts,
 ) -> CompiledFn:
     """The callable of a program loaded from the disk cache: the stored
     decomposed graph compiled with Inductor on its first call (Note [Storing
-    Inductor programs])."""
+    Inductor programs], Note [Fake values Inductor makes itself])."""
     compiled: list[Any] = []
 
     def run(args: list[Any]) -> Sequence[Any]:
         if not compiled:
             where = fx_cache.described_scope(described)
             gm = for_inductor(decomposed)
+            for node, value in zip(gm.graph.find_nodes(op="placeholder"), where.inputs, strict=True):
+                node.meta["val"] = value
             with torch.set_grad_enabled(grad_enabled):
-                propagate(gm, where)
-                compiled.append(lowering.compile_decomposed(gm, where, label, config))
+                compiled.append(lowering.compile_decomposed(gm, where, label, config, expected))
         return compiled[0](args)  # type: ignore[no-any-return]
 
-    return reducible(run, _loaded, decomposed, described, label, config, grad_enabled)
+    return reducible(run, _loaded, decomposed, described, label, config, grad_enabled, expected)

@@ -1,0 +1,114 @@
+"""A program loaded from conveyor's disk cache (Note [Storing Inductor
+programs], Note [Fake values Inductor makes itself]): compiled without fake
+values on its operations, served by Inductor's FX graph cache or, on a miss,
+built by Inductor from its own; its outputs' layouts checked against those
+stored with it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import conveyor
+import pytest
+import torch
+import torch._inductor.config as inductor_config
+from conveyor.testing import check
+from conveyor_inductor import layouts, lowering
+from torch._dynamo.utils import counters
+from torch._inductor.utils import fresh_cache
+
+
+@pytest.fixture(autouse=True)
+def _empty_fx_graph_cache() -> Iterator[None]:
+    torch._dynamo.reset()
+    with fresh_cache(), inductor_config.patch(fx_graph_cache=True):
+        counters.clear()
+        yield
+
+
+def lookups() -> dict[str, int]:
+    seen = {k: counters["inductor"][f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")}
+    counters.clear()
+    return seen
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8))
+
+
+def compile_cached(f: Any, folder: Path) -> Any:
+    return conveyor.compile(f, backend="inductor", cache=True, cache_dir=str(folder))
+
+
+def step(compiled: Any, model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    model.zero_grad()
+    loss = compiled(x).square().mean()
+    loss.backward()
+    return [loss.detach(), *(p.grad.clone() for p in model.parameters() if p.grad is not None)]
+
+
+def test_a_loaded_program_compiles_on_an_inductor_miss(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Note [Fake values Inductor makes itself]: the loaded graphs carry no fake values; a
+    # miss in Inductor's cache (emptied here) builds them from its own propagation
+    model, x = mlp(), torch.randn(4, 16)
+    want = step(compile_cached(model, tmp_path), model, x)
+    assert lookups() == {"hit": 0, "miss": 2, "bypass": 0}
+    with fresh_cache(), caplog.at_level(logging.INFO, logger="conveyor"):
+        got = step(compile_cached(model, tmp_path), model, x)
+        assert lookups() == {"hit": 0, "miss": 2, "bypass": 0}  # built again by Inductor
+    assert sum("disk cache hit" in r.getMessage() for r in caplog.records) == 1  # the training program loaded
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    with fresh_cache():
+        check(mlp(), x, compile=lambda m: compile_cached(m, tmp_path))  # eager's results, no-grad too
+        with torch.no_grad():
+            check(mlp(), x, compile=lambda m: compile_cached(m, tmp_path))
+
+
+def test_a_loaded_program_is_served_without_fake_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, x = mlp(), torch.randn(4, 16)
+    step(compile_cached(model, tmp_path), model, x)
+    lookups()
+    handed: list[torch.fx.GraphModule] = []
+    original = lowering.compile_decomposed
+
+    def spied(gm: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+        handed.append(gm)
+        return original(gm, *args, **kwargs)
+
+    monkeypatch.setattr(lowering, "compile_decomposed", spied)
+    step(compile_cached(model, tmp_path), model, x)
+    assert lookups() == {"hit": 2, "miss": 0, "bypass": 0}
+    assert len(handed) == 2
+    for gm in handed:  # the placeholders' fake inputs only
+        assert all(("val" in n.meta) == (n.op == "placeholder") for n in gm.graph.nodes)
+
+
+def test_a_loaded_program_checks_the_stored_output_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Note [Layouts in the inductor backend]: the layouts the first compile's fake values gave
+    # are stored with the program and checked after the loaded program's compile
+    checked: list[layouts.Layouts] = []
+    original = layouts.changed_output_strides
+
+    def spied(expected: layouts.Layouts, compiled: Any) -> list[str]:
+        checked.append(expected)
+        return original(expected, compiled)
+
+    monkeypatch.setattr(layouts, "changed_output_strides", spied)
+    model, x = mlp(), torch.randn(4, 16)
+    step(compile_cached(model, tmp_path), model, x)
+    first, checked[:] = list(checked), []
+    assert len(first) == 2 and first[0][0] == ((4, 8), (8, 1))  # the forward's result
+
+    # loaded: the same layouts, and one Inductor's program does not keep is the stage's clear error
+    def wrong(expected: layouts.Layouts, compiled: Any) -> list[str]:
+        checked.append(expected)
+        return original((((4, 8), (1, 4)), *expected[1:]), compiled)
+
+    monkeypatch.setattr(layouts, "changed_output_strides", wrong)
+    with pytest.raises(conveyor.StageError, match="in other layouts than the graph's"):
+        step(compile_cached(model, tmp_path), model, x)
+    assert checked[0] == first[0]
