@@ -21,6 +21,7 @@ from conveyor_functionalize.self_overlap import (
     sparse_compressed_with_grad,
     written_self_overlapping,
 )
+from conveyor_functionalize.swaps import unreplayable_swap
 from conveyor_functionalize.trace import functional_lowering, trace_functional
 from conveyor_functionalize.views import no_grad_view_outputs
 
@@ -59,6 +60,9 @@ class Functionalize:
             return Lowering.passthrough(request)
         if as_strided_of_part(request.graph) is not None:  # Note [Storage offsets functionalization cannot replay]
             return eager_lowering(request, STAGE, [], STORAGE_ADDRESSING_REASON)
+        swap = unreplayable_swap(request.graph, request.inputs, request.grad_enabled)
+        if swap is not None:  # Note [Storage swaps functionalization cannot replay]
+            return eager_lowering(request, STAGE, [], swap)
         if in_one_run(request):  # Note [One functional run]
             lowered = lower_in_one_run(request)
             if lowered is not None:
