@@ -1,5 +1,5 @@
 """The joint trace hides the caller's saved-tensor hooks without tracing a
-detach per saved tensor (Note [Saved-tensor hooks during the joint trace]);
+detach per saved tensor (Note [Saved-tensor hooks while tracing]);
 save_eager saves the source of autograd's detach of a saved output (Note
 [Detaches of saved outputs]); the backward graph leaves inert detaches out
 (Note [Detaches in the backward graph])."""
@@ -10,8 +10,8 @@ import pytest
 import torch
 from autograd_helpers import pipeline
 from conveyor import Request, retrace
+from conveyor.analysis import saved_hooks
 from conveyor.testing import check
-from conveyor_autograd import joint as joint_module
 from conveyor_autograd import save_eager, split, trace_joint
 from conveyor_autograd.measure import saved_for_backward
 from conveyor_autograd.partition import ancestors
@@ -40,16 +40,16 @@ def hiding(request, monkeypatch):
     """Both ways of hiding the caller's hooks: torch's tracing switch, and the
     identity hooks used where the switch is missing."""
     if request.param == "switch":
-        if joint_module._set_tracing() is None:
+        if saved_hooks._set_tracing() is None:
             pytest.skip("this torch has no working saved-tensor hooks tracing switch")
     else:
-        monkeypatch.setattr(joint_module, "_set_tracing", lambda: None)
+        monkeypatch.setattr(saved_hooks, "_set_tracing", lambda: None)
     return request.param
 
 
 def test_the_probe_finds_the_switch_where_torch_has_it() -> None:
     if hasattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing"):
-        assert joint_module._set_tracing() is not None
+        assert saved_hooks._set_tracing() is not None
     # and it left the switch off
     seen = []
     x = torch.ones(2, requires_grad=True)

@@ -158,3 +158,24 @@ def test_a_body_traced_under_vmap_keeps_its_batched_tensors() -> None:
     got = torch.compile(scan, backend="conveyor")(a, b)
     torch._dynamo.reset()
     torch.testing.assert_close(got, torch.compile(scan, backend="aot_eager")(a, b))
+
+
+def test_an_optimizer_step_whose_learning_rate_changes_updates_the_callers_parameters() -> None:
+    """Dynamo makes a changing lr a tensor input read with ``.item()``; the
+    graph conveyor specializes on its value writes the parameters dynamo's
+    graph holds, not copies of them."""
+    results = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+        step = torch.compile(opt.step, backend="conveyor") if compiled else opt.step
+        for i in range(3):
+            opt.zero_grad()
+            lin(torch.ones(2, 3)).sum().backward()
+            opt.param_groups[0]["lr"] = 0.1 * (i + 1)
+            step()
+        results.append([p.detach().clone() for p in lin.parameters()])
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want)

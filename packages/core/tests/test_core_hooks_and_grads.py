@@ -104,3 +104,25 @@ def test_setting_grad_inside_the_program_is_seen_by_the_caller() -> None:
     with pytest.warns(UserWarning, match=r"through dynamo.*\.grad"):
         conveyor.compile(clear)(w)
     assert w.grad is None
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_saved_tensor_hooks_around_a_compiling_call_never_see_a_fake(entry: str) -> None:
+    """Note [Saved-tensor hooks while tracing]: the capture and every stage's
+    trace run with the caller's hooks hidden; the program's saves at run
+    time reach them."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    packed: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        packed.append(t)
+        return t
+
+    f = ENTRIES[entry](lambda a: (a * a).sin().sum())
+    a = torch.randn(5, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = f(a)
+    y.backward()
+    assert packed and not any(isinstance(t, FakeTensor) for t in packed)
+    torch.testing.assert_close(a.grad, 2 * a.detach() * torch.cos(a.detach() ** 2))

@@ -17,16 +17,14 @@ formulas read, as eager autograd does.
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
 import torch.fx
 from conveyor import ConveyorError, Request, StageError, call_graph, retrace
-from conveyor.stage_api import writes
+from conveyor.stage_api import caller_saved_hooks_hidden, writes
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from conveyor_autograd.detach import detached
@@ -96,60 +94,6 @@ def fresh_leaves(inputs: Sequence[Any], fake_mode: Any) -> list[Any]:
             d.requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else d
             for d, t in zip(leaves, inputs, strict=True)
         ]
-
-
-def _same(t: Any) -> Any:
-    return t
-
-
-@functools.cache
-def _set_tracing() -> Callable[[bool], bool] | None:
-    """torch's switch that hides saved-tensor hooks while it traces
-    (``torch._C._autograd._saved_tensors_hooks_set_tracing``, what AOTAutograd
-    and dynamo use), where a probe shows it does: a hook pushed before the
-    switch is not called for a tensor saved after it. ``None`` otherwise."""
-    switch = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
-    if switch is None:
-        return None
-    called: list[bool] = []
-
-    def pack(t: Any) -> Any:
-        called.append(True)
-        return t
-
-    x = torch.ones(1, requires_grad=True)
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _same):
-        prior = switch(True)
-        try:
-            x.sin()
-        finally:
-            switch(prior)
-        x.sin()  # the hook is back after the switch
-    return switch if called == [True] else None
-
-
-@contextlib.contextmanager
-def _caller_hooks_hidden() -> Iterator[None]:
-    """Note [Saved-tensor hooks during the joint trace]: the joint trace runs
-    autograd on fake tensors; saved-tensor hooks the caller installed
-    (``torch.autograd.graph.saved_tensors_hooks``, checkpointing, offloading)
-    must not see them. torch's tracing switch hides every hook for the
-    trace, so autograd saves each tensor as it does with no hook. Pushing
-    identity hooks instead (the fallback, where the switch is missing or
-    does not hide hooks) hides them too, but a saved tensor then goes
-    through a hook, and autograd detaches each one it hands to a pack hook:
-    a detach per saved tensor in the joint graph and in the backward graph
-    (85 on RegNet), each traced and each run by an eager backward."""
-    switch = _set_tracing()
-    if switch is None:
-        with torch.autograd.graph.saved_tensors_hooks(_same, _same):
-            yield
-        return
-    prior = switch(True)
-    try:
-        yield
-    finally:
-        switch(prior)
 
 
 class BackwardRaised(Exception):
@@ -231,7 +175,7 @@ def trace_joint(request: Request, primal_fakes: list[Any] | None = None) -> Join
         found["grad_inputs"] = tuple(i for i, g in zip(wrt, grads, strict=True) if g is not None)
         return (*outs, *(g for g in grads if g is not None))
 
-    with torch.enable_grad(), _caller_hooks_hidden():  # Note [Saved-tensor hooks during the joint trace]
+    with torch.enable_grad(), caller_saved_hooks_hidden():  # Note [Saved-tensor hooks while tracing]
         gm = retrace(joint, [*primal_fakes, *tangent_fakes], request.fake_mode)
         if not found["diff"]:
             return None

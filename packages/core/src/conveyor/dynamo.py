@@ -323,11 +323,14 @@ def _read_with_item(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
 
 
 def _with_constant_items(gm: torch.fx.GraphModule, items: dict[int, Any]) -> torch.fx.GraphModule:
-    """A copy of ``gm`` in which ``.item()`` of the inputs at ``items`` is the
-    given constant."""
+    """A copy of ``gm``'s graph in which ``.item()`` of the inputs at
+    ``items`` is the given constant, over ``gm``'s own attributes: the
+    parameters and buffers dynamo's graph holds are the caller's tensors,
+    which the program writes (an optimizer step whose learning rate dynamo
+    made a tensor input; a deep copy made the step update copies)."""
     if not items:
         return gm
-    gm = copy.deepcopy(gm)
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for i, value in items.items():
         for item in [u for u in placeholders[i].users if u.op == "call_method" and u.target == "item"]:

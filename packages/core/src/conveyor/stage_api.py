@@ -28,6 +28,7 @@ from conveyor.analysis.grad_regions import GRAD_META, call_graph, detach_no_grad
 from conveyor.analysis.overlap import Layout, overlaps, overlaps_itself, span
 from conveyor.analysis.program import Program
 from conveyor.analysis.program_meta import BaseIdx, InputIdx, InputInfo, OutputIdx, OutputInfo, OutputKind, ProgramMeta
+from conveyor.analysis.saved_hooks import caller_saved_hooks_hidden
 from conveyor.analysis.schema import (
     OpAliasing,
     addresses_storage,
@@ -89,6 +90,7 @@ __all__ = [
     "addresses_storage",
     "as_strided_of_part",
     "call_graph",
+    "caller_saved_hooks_hidden",
     "detach_no_grad_results",
     "eager_lowering",
     "from_functional",

@@ -40,6 +40,7 @@ from torch.autograd.function import Function
 from torch.utils.checkpoint import CheckpointFunction
 
 from conveyor.analysis.grad_regions import recorded_with_grad
+from conveyor.analysis.saved_hooks import caller_saved_hooks_hidden
 from conveyor.errors import ConveyorError, EagerFallback
 from conveyor.frontend import functions
 
@@ -59,7 +60,8 @@ def watching_capture(seeding: bool = True) -> Iterator[None]:
     outermost = not watching()
     _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
-        with _watching_seeding() if outermost and seeding else contextlib.nullcontext():
+        # Note [Saved-tensor hooks while tracing]
+        with caller_saved_hooks_hidden(), _watching_seeding() if outermost and seeding else contextlib.nullcontext():
             yield
     except Exception as exc:
         if not isinstance(exc, ConveyorError) and _unrecordable_argument(exc):

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from conveyor.analysis.saved_hooks import caller_saved_hooks_hidden
 from conveyor.errors import ConfigError, ConveyorError, PipelineError, StageError
 from conveyor.protocol import ordering, structured_trace, timings
 from conveyor.protocol.config import Config
@@ -91,7 +92,8 @@ class Pipeline:
     def compile(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
         """Run every stage's compile-time half; return the run-time callable
         and every stamped graph, in the order they were made."""
-        with timings.compiling("a program", self.config):  # joins the capturer's
+        # Note [Saved-tensor hooks while tracing]
+        with timings.compiling("a program", self.config), caller_saved_hooks_hidden():  # joins the capturer's
             return self._compile_all(request)
 
     def _compile_all(self, request: Request) -> tuple[CompiledFn, tuple[StageGraph, ...]]:
