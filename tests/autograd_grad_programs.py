@@ -317,3 +317,15 @@ def p_gradient_edge_two_steps(t: Tools) -> Any:
     (g_tmp,) = torch.autograd.grad(out, (edge,), retain_graph=True)
     (gx,) = torch.autograd.grad(edge, (x,), grad_outputs=(g_tmp,))
     return g_tmp, gx
+
+
+@program("test/dynamo/test_hooks.py")
+def p_cond_with_gradient(t: Tools) -> Any:
+    """test_hook_on_intermediate_with_higher_order_op without its hook."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda s: s + 1, lambda s: s - 1, (x * 2,)).sum()
+
+    x = torch.ones(3, requires_grad=True)
+    t.compile(fn)(x).backward()
+    return x.grad
