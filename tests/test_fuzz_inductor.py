@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ _PATH = Path(__file__).parents[1] / "packages/synthetic_base/tests/test_syntheti
 _SPEC = importlib.util.spec_from_file_location("_synthetic_base_fuzz_strategies", _PATH)
 assert _SPEC is not None and _SPEC.loader is not None
 fuzz = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = fuzz  # dynamo imports a traced function's module by name
 _SPEC.loader.exec_module(fuzz)
 
 

@@ -5,8 +5,9 @@ in-place ops, against eager PyTorch (bounded example count, for CI).
 eager backend, so a failure is this package's.
 ``test_random_aliasing_full_pipeline`` runs the full pipeline (dedupe,
 synthetic_base, functionalize, autograd) on the same family plus
-``as_strided`` views with overlapping or zero strides, metadata mutations,
-writes under ``no_grad`` and through ``detach``, with and without grad.
+``as_strided`` views with overlapping or zero strides, metadata mutations
+(also ``resize_`` and ``as_strided_`` right after a data write of the same
+input), writes under ``no_grad`` and through ``detach``, with and without grad.
 
 CI runs a few hundred examples; set ``CONVEYOR_FUZZ_EXAMPLES`` (e.g. 5000) to
 run many more (the examples then vary from run to run).
@@ -120,6 +121,21 @@ def _no_grad_add(t: torch.Tensor) -> None:
         t.add_(1)
 
 
+def _write_then_resize(t: torch.Tensor) -> None:
+    """A data write, then a metadata write of the same input: functionalize
+    replays the ``resize_`` on the written value (h_fuzz's B3, B4, B6)."""
+    t.mul_(2)
+    t.resize_(max(t.numel() - 1, 1))
+
+
+def _write_then_as_strided(t: torch.Tensor) -> None:
+    """As above with ``as_strided_`` at the input's own storage offset (an
+    absolute offset: h_fuzz's B1)."""
+    t.add_(1)
+    if t.numel():
+        t.as_strided_((1,), (1,), t.storage_offset())
+
+
 FULL_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
     **OPS,
     "zero_first_": lambda t: t[0].zero_() if t.dim() else None,
@@ -128,8 +144,11 @@ FULL_OPS: dict[str, Callable[[torch.Tensor], Any]] = {
     "squeeze_": lambda t: t.squeeze_(),
     "detach_mul_": lambda t: t.detach().mul_(2),
     "no_grad_add_": _no_grad_add,
+    "write_resize_": _write_then_resize,
+    "write_as_strided_": _write_then_as_strided,
 }
-FULL_GRAD_OPS = sorted(set(FULL_OPS) - {"unsqueeze_"})
+#: eager refuses ``resize_`` of a tensor that requires grad
+FULL_GRAD_OPS = sorted(set(FULL_OPS) - {"unsqueeze_", "write_resize_"})
 
 
 @st.composite
@@ -151,7 +170,9 @@ def _full_program(ops: list[tuple[int, str]], return_first: bool) -> Callable[..
     return program
 
 
-@settings(max_examples=LONG or 300, deadline=None, suppress_health_check=_HEALTH, derandomize=not LONG)
+#: 200 since the metadata writes after a data write (their programs mostly run
+#: eagerly, with a warning, and cost more): about the CI time of the 300 before
+@settings(max_examples=LONG or 200, deadline=None, suppress_health_check=_HEALTH, derandomize=not LONG)
 @given(full_programs())
 def test_random_aliasing_full_pipeline(full: Any, check_aliased: Any, example: Any) -> None:
     """Every program runs with eager's results and gradients (writes through
