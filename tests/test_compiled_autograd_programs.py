@@ -29,10 +29,10 @@ import hook_programs  # noqa: E402, F401
 MODES = [(f, b) for f in h.FORWARDS for b in h.BACKWARDS if (f, b) != ("eager", "engine")]
 
 B3 = "a custom Function's backward runs its Python side effects at conveyor's trace time, once (h_sweep3 B3)"
-B4 = "a forward hook added after the compile on a module the compiled function calls is not seen (h_sweep3 B4)"
 B5 = "torch.cond with a gradient under conveyor.compile raises an internal TypeError (h_sweep3 B5)"
 B6 = "a tensor hook on an output of a compiled program whose gradient is undefined (None) is not called (h_sweep3 B6)"
-B7 = "saved-tensor pack hooks are called with FakeTensors while conveyor traces (h_sweep3 B7)"
+SAVES = ("the compiled region saves what its partition saves, so pack/unpack run another number of times than in "
+         "eager, as under torch.compile(backend='aot_eager'); no hook sees a FakeTensor (h_sweep3 B7, fixed)")
 B8 = ("under compiled autograd the hooks of two leaves fed by one compiled region fire in another order than "
       "in eager and torch's compiled autograd (h_sweep3 B8)")
 REFUSED = "higher-order gradients through a compiled program: a loud refusal, as torch.compile's"
@@ -55,10 +55,9 @@ def _known() -> dict[tuple[str, str, str], tuple[str, str]]:
                     known[(name, f, b)] = (kind, why)
 
     add("bug", B3, ("conveyor",), _ANY_BW, "custom_fn_bw_side_effect")
-    add("bug", B4, ("conveyor",), _ANY_BW, "forward_hook_added_after_compile")
     add("bug", B5, ("conveyor",), _ANY_BW, "cond_with_gradient")
     add("bug", B6, ("conveyor", "dynamo"), _ANY_BW, "grad_nonleaf_unbind_hook")
-    add("bug", B7, ("conveyor", "dynamo"), _ANY_BW, "saved_tensor_hooks")
+    add("torch", SAVES, ("conveyor", "dynamo"), _ANY_BW, "saved_tensor_hooks")
     add("refused", REFUSED, ("conveyor", "dynamo"), _ANY_BW, "hessian_vector_create_graph", "double_backward_grad")
     add("refused", REFUSED, ("conveyor", "dynamo"), ("ca",), "accumulate_grad_create_graph")
     add("torch", TORCH_ORDER, ("eager",), ("ca",), "grad_nonleaf_unbind_hook")
@@ -109,12 +108,11 @@ def test_representative_program(name: str, forward: str, backward: str) -> None:
     _check(name, forward, backward)
 
 
-#: one run of each open bug but B5 and B8 (slow ones), in the default run, so that a fix shows at once (remove its KNOWN entries then)
+#: one run of each open bug but B5 and B8 (slow ones), in the default run (B4, B7 fixed), so that a fix shows at once (remove its KNOWN entries then)
 BUG_RUNS = (
     ("custom_fn_bw_side_effect", "conveyor", "engine"),  # B3
-    ("forward_hook_added_after_compile", "conveyor", "engine"),  # B4
     ("grad_nonleaf_unbind_hook", "conveyor", "engine"),  # B6
-)  # B7: saved_tensor_hooks and B8: hooks_counter_and_modify (slow) in FAST
+)  # B8: hooks_counter_and_modify (slow)
 
 
 

@@ -126,3 +126,48 @@ def test_saved_tensor_hooks_around_a_compiling_call_never_see_a_fake(entry: str)
     y.backward()
     assert packed and not any(isinstance(t, FakeTensor) for t in packed)
     torch.testing.assert_close(a.grad, 2 * a.detach() * torch.cos(a.detach() ** 2))
+
+
+def test_a_function_calling_a_module_it_closes_over_follows_its_mode_and_hooks() -> None:
+    """Note [Modules a function reaches]: ``eval()`` and a forward hook added
+    after the first call compile again, as for a compiled module."""
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm1d(3)
+    lin = torch.nn.Linear(3, 3)
+    f = conveyor.compile(lambda x: lin(bn(x)))
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(f(x), lin(bn(x)))
+    bn.eval()
+    torch.testing.assert_close(f(x), lin(bn(x)))
+    handle = lin.register_forward_hook(lambda m, i, o: o * 2)
+    torch.testing.assert_close(f(x), lin(bn(x)))
+    handle.remove()
+    bn.train()
+    torch.testing.assert_close(f(x), lin(bn(x)))
+    assert f.compiles == 3
+
+
+def test_hooks_a_first_call_installs_are_not_left_twice_by_the_capture() -> None:
+    """A module that installs forward hooks on its submodules on its first
+    call (transformers' output capturing) runs eagerly, with a warning; the
+    capture puts its hook dicts back, so the hooks are installed once."""
+
+    class Installs(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.installed = False
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if not self.installed:
+                self.lin.register_forward_hook(lambda m, i, o: o + 1)
+                self.installed = True
+            return self.lin(x)
+
+    torch.manual_seed(0)
+    m = Installs()
+    x = torch.randn(2, 3)
+    with pytest.warns(UserWarning, match="eagerly"):
+        got = conveyor.compile(m)(x)
+    assert len(m.lin._forward_hooks) == 1
+    torch.testing.assert_close(got, m.lin(x))

@@ -21,6 +21,7 @@ from conveyor.analysis.signature import CallSignature
 from conveyor.errors import CaptureError
 from conveyor.frontend.capture import ModuleState
 from conveyor.frontend.objects import ObjectArgs, walk_args
+from conveyor.frontend.reachable import reached_modules
 from conveyor.frontend.subclasses import boundary_key
 from conveyor.frontend.wrappers import refuse_distributed_wrapper
 from conveyor.protocol.config import Config, resolve
@@ -43,6 +44,8 @@ class Compiled:
         self.pipeline = Pipeline(config, plugins)  # fails loudly here, at build time
         refuse_distributed_wrapper(fn)  # Note [Distributed wrappers]
         self._state = ModuleState(self.module) if self.module is not None else None
+        # Note [Modules a function reaches]
+        self._reached = tuple(ModuleState(m) for m in reached_modules(fn)) if self.module is None else ()
         self.last: Entry | None = None
         self._keyed = tuple(s.cache_key for s in self.pipeline.stages if s.cache_key is not None)
         #: Note [One entry cache]: the entries by full key (symbolic ones: the latest sizes they served)
@@ -52,7 +55,8 @@ class Compiled:
         )
         # Note [A guard per entry]: by the call's structure, non-tensor values, grad mode and autocast
         self._guards: dict[Hashable, list[EntryGuard]] = {}
-        self._epoch: tuple[int, int] = (-1, -1)  # the module state's version and the hook counter they hold for
+        #: the module state's version (or the reached modules'), and the hook counter, the guards hold for
+        self._epoch: tuple[Hashable, int] = (-1, -1)
         functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
 
     @property
@@ -100,6 +104,9 @@ class Compiled:
         if self._state is not None and self._epoch != (self._state.version, RemovableHandle.next_id):
             self._guards.clear()  # the module's tree, training flags or hooks changed: keys again
             self._epoch = (self._state.version, RemovableHandle.next_id)
+        elif self._reached and self._epoch != (_versions(self._reached), RemovableHandle.next_id):
+            self._guards.clear()  # Note [Modules a function reaches]
+            self._epoch = (_versions(self._reached), RemovableHandle.next_id)
         guards = self._guards.get(coarse)
         entry = None
         if guards is not None:
@@ -138,10 +145,20 @@ class Compiled:
         stage_keys = tuple([s(signature) for s in self._keyed])
         state = self._state
         if state is None:
-            return CallKey(spec_key, values, (), core, stage_keys, boundary_key(flat), (), ())
+            reached = self._reached  # Note [Modules a function reaches]
+            training = tuple(r.training() for r in reached)
+            hooks, tree = tuple(r.hooks for r in reached), tuple(r.structure for r in reached)
+            return CallKey(spec_key, values, training, core, stage_keys, boundary_key(flat), hooks, tree)
         # Note [Forward hooks]; Note [Module state per call]
         structure, hooks = state.structure, state.hooks
         return CallKey(spec_key, values, state.training(), core, stage_keys, boundary_key(flat), hooks, structure)
+
+
+def _versions(states: Sequence[ModuleState]) -> tuple[int, ...]:
+    """Each reached module's state version, its dicts read again first."""
+    for s in states:
+        s.tensors()  # refreshes the state where one of its dicts changed
+    return tuple(s.version for s in states)
 
 
 #: full keys remembered for symbolic entries (each a per-call size-guard check saved)

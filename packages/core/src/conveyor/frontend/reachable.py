@@ -66,6 +66,25 @@ def _roots(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> lis
     return roots
 
 
+def reached_modules(fn: Callable[..., Any]) -> tuple[torch.nn.Module, ...]:
+    """The modules a function reaches directly: in its closure cells, the
+    globals its code names, the object of a bound method.
+
+    Note [Modules a function reaches]: a compiled function that calls a
+    module it closes over (``conveyor.compile(lambda x: model(x))``) is traced
+    with that module's training flags and forward hooks, as a compiled module
+    is; so they key its compiled programs as a module's do (Note [Forward
+    hooks], Note [Module state per call]): ``model.eval()`` or a hook
+    registered later compiles again instead of reusing the graph traced
+    before. (A module reached only through another object or function is not
+    looked for.)"""
+    found: dict[int, torch.nn.Module] = {}
+    for _, value in _roots(fn, None):
+        if isinstance(value, torch.nn.Module):
+            found.setdefault(id(value), value)
+    return tuple(found.values())
+
+
 def _functions(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> list[types.FunctionType]:
     """The Python functions whose own global and closure bindings a program
     may rebind: ``fn`` (or its ``__func__``) and a module's ``forward``."""
@@ -82,6 +101,22 @@ def hook_dicts(m: torch.nn.Module | None) -> tuple[dict[Any, Any], ...]:
     if m is None:
         return (_module._global_forward_pre_hooks, _module._global_forward_hooks)
     return (m._forward_pre_hooks, m._forward_hooks)
+
+
+_HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+)
+
+
+def _all_hook_dicts(m: torch.nn.Module) -> list[dict[Any, Any]]:
+    """Every hook dict of a module (those this torch's ``Module`` has)."""
+    return [d for d in (getattr(m, name, None) for name in _HOOK_DICTS) if isinstance(d, dict)]
 
 
 def forward_hooks(modules: Iterable[torch.nn.Module]) -> Iterator[tuple[str, Any]]:
@@ -226,6 +261,9 @@ class StateWatch:
                                     (vars(m), dict(vars(m))),
                                     (m._parameters, dict(m._parameters)),
                                     (m._buffers, dict(m._buffers)),
+                                    # hooks the program registers (transformers' output capturing
+                                    # installs its own on a first call): put back, and named
+                                    *((d, dict(d)) for d in _all_hook_dicts(m)),
                                 ],
                             )
                         )
