@@ -53,6 +53,7 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("train", "segformer", "conveyor"): _HOOKS,
     ("forward", "reformer", "conveyor"): _SYMBOLIC,
     ("forward", "reformer", "dynamo"): _SYMBOLIC,
+    ("train", "mamba", "conveyor"): "StageError in the eager stage: a reshape to a wrong size on the second shape (h_hf.md B6)",
     ("train", "mobilevit", "conveyor"): _MOBILEVIT,
     ("train", "mobilevit", "dynamo"): _MOBILEVIT,
 }
