@@ -163,19 +163,10 @@ DTVIEW: dict[str, Op] = {
 #: family -> requires_grad -> {op: bug}
 KNOWN: dict[str, dict[bool, dict[str, str]]] = {
     "setdata": {
-        # B7, B14: set_ of an input that overlaps another input; B9, B10: set_ of an input onto itself
-        False: {"set_other": "B7", "set_other_no_grad": "B7", "set_detached": "B10", "set_empty_no_grad": "B14"},
-        # B8: a no-grad set_ on an input that requires grad detaches it; B15: .data write of a saved tensor
-        True: {
-            "set_other": "B7",
-            "set_other_no_grad": "B16",
-            "set_detached": "B10",
-            "set_empty_no_grad": "B8",
-            "set_fresh_no_grad": "B8",
-            "data_add_": "B15",
-            "data_view_write": "B15",
-            "data_assign": "B18",  # behind dynamo (a no-grad set_): the gradient of a strided view input
-        },
+        # B14: a no-grad set_() of an input that overlaps another input
+        False: {"set_empty_no_grad": "B14"},
+        # B15: .data write of a saved tensor; B18: behind dynamo, no-grad set_ (x.data =) of a strided view
+        True: {"set_empty_no_grad": "B14", "data_add_": "B15", "data_view_write": "B15", "data_assign": "B18"},
     },
     # B11: a write through a slice or select of a complex tensor that requires grad;
     # B12: a write through a dtype view of a tensor that requires grad
