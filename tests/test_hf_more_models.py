@@ -43,17 +43,12 @@ DEFAULT = {
     ("train", "convnext", "conveyor"),
 }
 
-_HOOKS = "Segformer's eager fallback (it writes _output_capturing_hooks_installed) then raises a shape error (h_hf.md B3)"
+_HOOKS = "Segformer's training differs from eager under its eager fallback (h_hf.md B3; its forward is fixed)"
 _MOBILEVIT = "BatchNorm running_mean differs by 2.5e-3 after the first AdamW step, same on both entries (h_hf.md B5)"
-_SYMBOLIC = "functionalize's SymbolicSizesUnsupported escapes as BackendCompilerFailed on the second shape (h_hf.md B4)"
 
 #: (kind, model, entry) -> why it fails: known bugs, reported in /work/reports/s8/h_hf.md
 XFAIL: dict[tuple[str, str, str], str] = {
-    ("forward", "segformer", "conveyor"): _HOOKS,
     ("train", "segformer", "conveyor"): _HOOKS,
-    ("forward", "reformer", "conveyor"): _SYMBOLIC,
-    ("forward", "reformer", "dynamo"): _SYMBOLIC,
-    ("train", "mamba", "conveyor"): "StageError in the eager stage: a reshape to a wrong size on the second shape (h_hf.md B6)",
     ("train", "mobilevit", "conveyor"): _MOBILEVIT,
     ("train", "mobilevit", "dynamo"): _MOBILEVIT,
 }

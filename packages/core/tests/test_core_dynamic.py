@@ -136,6 +136,22 @@ def test_only_a_declared_refusal_of_symbols_compiles_static():
                 c(torch.ones(3))
 
 
+def test_behind_dynamo_a_declared_refusal_of_symbols_compiles_static_per_call():
+    """Core Note [Refusing symbolic sizes], behind dynamo: a graph dynamo made
+    symbolic that a stage refuses compiles with each call's static sizes, with
+    a warning, instead of failing dynamo's compile."""
+    import conveyor.dynamo
+
+    plugins = Plugins()
+    plugins.register(stage_plugin(type(backend("declared"))(name="declared", kind="backend", impl=DeclaresNoSymbols())))
+    pipeline = conveyor.Pipeline(conveyor.resolve({"backend": "declared"}), plugins)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 3, backend=conveyor.dynamo.backend(pipeline), dynamic=True)
+    with pytest.warns(UserWarning, match="static sizes: with symbolic sizes it failed: .*static shapes only"):
+        torch.testing.assert_close(f(torch.ones(2)), torch.full((2,), 3.0))
+    torch.testing.assert_close(f(torch.ones(5)), torch.full((5,), 3.0))
+
+
 def test_the_dynamic_key_is_configuration():
     assert conveyor.resolve({"dynamic": True}).dynamic is True
     assert conveyor.resolve(environ={"CONVEYOR_DYNAMIC": "0"}).dynamic is False

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import operator
 import sys
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -30,7 +31,7 @@ from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from conveyor.analysis.signature import CallSignature
-from conveyor.errors import DataDependentError, EagerFallback
+from conveyor.errors import DataDependentError, EagerFallback, StageError, refuses_symbols
 from conveyor.frontend import functions, subclasses
 from conveyor.frontend.autograd_state import watching_user_code
 from conveyor.frontend.capture import trace_user
@@ -115,7 +116,18 @@ class DynamoCompiled:
         self._all_leaves = all(lowered.leaves(self._grad_positions))
         if recompiles.enabled():
             self.entries.miss(self._lowered_key, "at dynamo's lowering, for any sizes its guards allow", against=[])
-        self._lowered = self._compile(fakes, fake_mode, self._item_values(example_inputs))
+        try:
+            self._lowered = self._compile(fakes, fake_mode, self._item_values(example_inputs))
+        except StageError as exc:
+            if not (_symbolic(example_inputs) and refuses_symbols(exc)):
+                raise  # a stage that failed for another reason: loud
+            # Note [Refusing symbolic sizes]: each call compiles with its static sizes instead
+            warnings.warn(
+                f"conveyor: compiling {self.name} with static sizes: with symbolic sizes it failed: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                stacklevel=2,
+            )
+            self._lowered_key = None
 
     def _item_values(self, flat: Sequence[Any]) -> dict[int, Any]:
         return {i: flat[i].item() for i in self._items}
