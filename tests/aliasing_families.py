@@ -168,8 +168,8 @@ KNOWN: dict[str, dict[bool, dict[str, str]]] = {
         # B15: .data write of a saved tensor; B18: behind dynamo, no-grad set_ (x.data =) of a strided view
         True: {"set_empty_no_grad": "B14", "data_add_": "B15", "data_view_write": "B15", "data_assign": "B18"},
     },
-    # B11: a write through a slice or select of a complex tensor that requires grad;
-    # B12: a write through a dtype view of a tensor that requires grad
+    # B11: a write through a slice or select of a complex tensor that requires grad
+    # (B12, a write through a dtype view of a tensor that requires grad, is fixed: warned eager runs)
     "cplx": {
         False: {},
         True: {
@@ -181,10 +181,9 @@ KNOWN: dict[str, dict[bool, dict[str, str]]] = {
             "real_detached_write": "B11",
             "imag_fill_no_grad": "B11",
             "as_real_first_sub_": "B11",
-            "float_view_add_": "B12",
         },
     },
-    "dtview": {False: {}, True: {k: "B12" for k in DTVIEW if k.endswith(("_", "no_grad"))}},
+    "dtview": {False: {}, True: {}},
 }
 
 

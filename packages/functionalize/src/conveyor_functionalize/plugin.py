@@ -10,6 +10,8 @@ from conveyor import Lowering, Request, StageSpec, hookimpl
 from conveyor.stage_api import STORAGE_ADDRESSING_REASON, as_strided_of_part
 
 from conveyor_functionalize.decompositions import DECOMPOSITIONS, EAGER_KERNELS
+from conveyor_functionalize.dtype_views import REASON as DTYPE_VIEW_REASON
+from conveyor_functionalize.dtype_views import writes_through_dtype_view
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.layout import FunctionalLayout
 from conveyor_functionalize.one_run import in_one_run, lower_in_one_run
@@ -63,6 +65,8 @@ class Functionalize:
         swap = unreplayable_swap(request.graph, request.inputs, request.grad_enabled)
         if swap is not None:  # Note [Storage swaps functionalization cannot replay]
             return eager_lowering(request, STAGE, [], swap)
+        if writes_through_dtype_view(request.graph, request.inputs, request.grad_enabled):
+            return eager_lowering(request, STAGE, [], DTYPE_VIEW_REASON)  # Note [Writes through a dtype view]
         if in_one_run(request):  # Note [One functional run]
             lowered = lower_in_one_run(request)
             if lowered is not None:
