@@ -41,7 +41,7 @@ from torch.utils.checkpoint import CheckpointFunction
 
 from conveyor.analysis.grad_regions import recorded_with_grad
 from conveyor.analysis.saved_hooks import caller_saved_hooks_hidden
-from conveyor.errors import ConveyorError, EagerFallback
+from conveyor.errors import ConveyorError, DynamoSplits, EagerFallback
 from conveyor.frontend import functions
 
 
@@ -220,6 +220,7 @@ def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
 _CUSTOM_OP_AUTOGRAD = "torch._library.autograd"
 
 
+
 def original_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     """``cls.apply(*args)`` through torch's own ``Function.apply``, whether or
     not a capture has wrapped it."""
@@ -282,14 +283,50 @@ def _reseeding(what: str) -> EagerFallback:
     return EagerFallback(f"it {what}, which a captured graph cannot replay (Note [Seeding inside the program])")
 
 
+# Note [Compiled functions inside a capture]: a program may call a function
+# ``torch.compile`` optimized, and ``torch.cond``, ``while_loop``, ``scan``
+# and ``map`` called outside dynamo compile themselves so. Under a capture's
+# dispatch modes dynamo does not compile that frame: it marks the function's
+# code to be skipped for the rest of the process (every later eager
+# ``torch.cond`` then fails inside its autograd Function), or refuses the
+# symbolic trace (RuntimeError). Dynamo traces such a program whole (it
+# inlines the compiled function, and records ``torch.cond`` as the op with
+# traced branches), so the same hook refuses dynamo's compile wrapper as it
+# starts and ``conveyor.compile`` compiles the program through dynamo
+# (Note [Programs only dynamo can split]).
+def _compile_wrapper_code() -> CodeType:
+    """The code of the function ``torch.compile`` wraps an optimized one in
+    (nested in ``_TorchDynamoContext.__call__`` on torch 2.11 to 2.14)."""
+    from torch._dynamo.eval_frame import _TorchDynamoContext
+
+    for const in _TorchDynamoContext.__call__.__code__.co_consts:
+        if isinstance(const, CodeType) and const.co_name == "compile_wrapper":
+            return const
+    raise ImportError(
+        f"conveyor: torch {torch.__version__}'s torch.compile wraps no function named compile_wrapper in "
+        "_TorchDynamoContext.__call__; the capture's watch for compiled functions "
+        "(Note [Compiled functions inside a capture] in conveyor.frontend.fallback) needs updating for this torch"
+    )
+
+
+_COMPILE_WRAPPER_CODE = _compile_wrapper_code()
+
+
 def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
-    """The profile hook: a seeding function starting raises (CPython then
-    removes the hook from this thread; the capture restores the caller's)."""
+    """The profile hook: a seeding function or a function ``torch.compile``
+    optimized starting raises (CPython then removes the hook from this
+    thread; the capture restores the caller's)."""
     if event == "call":
         name = _SEEDING_CODE.get(frame.f_code)
         if name is not None:
-            _capturing.reseeded = f"calls {name}"
-            raise _reseeding(_capturing.reseeded)
+            _capturing.refused = _reseeding(f"calls {name}")
+            raise _capturing.refused
+        if frame.f_code is _COMPILE_WRAPPER_CODE:
+            _capturing.refused = DynamoSplits(
+                "it calls a function torch.compile optimized (torch.cond, while_loop, scan and map optimize "
+                "themselves) (Note [Compiled functions inside a capture])"
+            )
+            raise _capturing.refused
 
 
 def _after(previous: Callable[..., Any]) -> Callable[[FrameType, str, Any], None]:
@@ -306,7 +343,7 @@ def _after(previous: Callable[..., Any]) -> Callable[[FrameType, str, Any], None
 def _watching_seeding() -> Iterator[None]:
     """Note [Watching seeding without patching torch]. A program that caught
     the refusal and went on still runs eagerly: the call is remembered."""
-    _capturing.reseeded = None
+    _capturing.refused = None
     previous = sys.getprofile()
     if previous is not None and not callable(previous):
         with _generators_unchanged():
@@ -320,8 +357,8 @@ def _watching_seeding() -> Iterator[None]:
     finally:
         _capturing.profiles = None
         sys.setprofile(previous)
-    if _capturing.reseeded is not None:
-        raise _reseeding(_capturing.reseeded)
+    if _capturing.refused is not None:
+        raise _capturing.refused
 
 
 def call_unwatched(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
