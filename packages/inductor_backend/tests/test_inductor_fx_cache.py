@@ -10,56 +10,23 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import conveyor
 import pytest
 import torch
-import torch._inductor.config as inductor_config
 from conveyor.testing import check
 from conveyor_inductor import fx_cache, programs
-from torch._dynamo.utils import counters
-from torch._inductor.utils import fresh_cache
+from fx_cache_helpers import lookups, mlp, step
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-
-@pytest.fixture(autouse=True)
-def _empty_fx_graph_cache() -> Iterator[None]:
-    """An empty Inductor cache folder of its own, the FX graph cache on, and
-    dynamo's state reset: a frame an earlier test compiled with other sizes
-    would be compiled with symbolic ones (automatic dynamic shapes), a graph
-    other than the one the test looks up."""
-    torch._dynamo.reset()
-    with fresh_cache(), inductor_config.patch(fx_graph_cache=True):
-        counters.clear()
-        yield
-
-
-def lookups() -> dict[str, int]:
-    """Inductor's FX graph cache decisions since the last call."""
-    seen = {k: counters["inductor"][f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")}
-    counters.clear()
-    return seen
-
-
-def mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8))
+pytestmark = pytest.mark.usefixtures("empty_fx_graph_cache")  # conftest
 
 
 def compile(f: Any, **options: Any) -> Any:
     return conveyor.compile(f, backend="inductor", cache=False, **options)  # conveyor's own disk cache off
-
-
-def step(compiled: Callable[..., torch.Tensor], model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
-    """The loss and every gradient of one training step."""
-    model.zero_grad()
-    loss = compiled(x).square().mean()
-    loss.backward()
-    return [loss.detach(), *(p.grad.clone() for p in model.parameters() if p.grad is not None)]
 
 
 def test_a_fresh_compile_of_the_same_program_is_served_by_the_fx_graph_cache() -> None:

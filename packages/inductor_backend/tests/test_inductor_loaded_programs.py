@@ -7,48 +7,22 @@ stored with it."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import conveyor
 import pytest
 import torch
-import torch._inductor.config as inductor_config
 from conveyor.testing import check
 from conveyor_inductor import layouts, lowering
-from torch._dynamo.utils import counters
+from fx_cache_helpers import lookups, mlp, step
 from torch._inductor.utils import fresh_cache
 
-
-@pytest.fixture(autouse=True)
-def _empty_fx_graph_cache() -> Iterator[None]:
-    torch._dynamo.reset()
-    with fresh_cache(), inductor_config.patch(fx_graph_cache=True):
-        counters.clear()
-        yield
-
-
-def lookups() -> dict[str, int]:
-    seen = {k: counters["inductor"][f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")}
-    counters.clear()
-    return seen
-
-
-def mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8))
+pytestmark = pytest.mark.usefixtures("empty_fx_graph_cache")  # conftest
 
 
 def compile_cached(f: Any, folder: Path) -> Any:
     return conveyor.compile(f, backend="inductor", cache=True, cache_dir=str(folder))
-
-
-def step(compiled: Any, model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
-    model.zero_grad()
-    loss = compiled(x).square().mean()
-    loss.backward()
-    return [loss.detach(), *(p.grad.clone() for p in model.parameters() if p.grad is not None)]
 
 
 def test_a_loaded_program_compiles_on_an_inductor_miss(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
