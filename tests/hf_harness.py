@@ -16,13 +16,35 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TOL = {"atol": 2e-5, "rtol": 2e-4}
 
 
+def _random_in_training(name: str) -> bool:
+    """Whether a config attribute named ``name`` is a probability of something
+    drawn at random in training: dropout of every kind (``*dropout*``,
+    ``*_pdrop``, ``*layerdrop``, ``layer_drop``, ``fusion_droppath``),
+    stochastic depth (``drop_path_rate``, ``drop_connect_rate``,
+    ``attn_drop_rate``), SpecAugment's masks (``mask_time_prob``) and a MoE
+    router's jitter (``router_jitter_noise``)."""
+    parts = name.split("_")
+    return (
+        any("drop" in part for part in parts)
+        or (parts[0] == "mask" and parts[-1] == "prob")
+        or name.endswith("jitter_noise")
+    )
+
+
 def no_dropout(config: Any) -> Any:
-    """``config`` with every dropout probability 0: compiled and eager draw differently."""
-    for name in list(vars(config)):
-        if "dropout" in name or "pdrop" in name or "layerdrop" in name or name.startswith("mask_") and name.endswith("_prob"):
-            value = getattr(config, name)
-            if isinstance(value, float):
-                setattr(config, name, 0.0)
+    """``config`` with every probability of something drawn at random in
+    training 0 (:func:`_random_in_training`; a list or tuple of them, one a
+    stage, too), in its sub-configs as well: compiled and eager draw
+    differently. Stochastic depth defaults to 0.1 in Swin, BEiT, Segformer."""
+    for name, value in list(vars(config).items()):
+        if hasattr(value, "to_dict") and hasattr(value, "model_type"):  # a sub-config (text_config, ...)
+            no_dropout(value)
+        elif not _random_in_training(name):
+            continue
+        elif isinstance(value, float):
+            setattr(config, name, 0.0)
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, float) for v in value):
+            setattr(config, name, type(value)(0.0 for _ in value))
     return config
 
 

@@ -6,9 +6,9 @@ tiny configs (hidden 32, 2 layers, vocab 96), random weights, no dropout.
 ``labels(kwargs)`` what training adds to them (empty: the loss is the first
 output's mean square).
 
-``hf_harness.no_dropout`` leaves stochastic depth alone (``drop_path_rate``: Swin, BEiT, Segformer
-default to 0.1), so those configs set it to 0 here; Reformer's LSH attention draws random rotations
-unless ``hash_seed`` is set.
+``hf_harness.no_dropout`` zeroes dropout and stochastic depth (``drop_path_rate``: Swin, BEiT,
+Segformer default to 0.1); Reformer's LSH attention draws random rotations unless ``hash_seed`` is
+set.
 """
 
 from __future__ import annotations
@@ -145,9 +145,9 @@ MODELS: dict[str, tuple[Builder, Inputs, Labels]] = {
     "convnext": (_make("ConvNextForImageClassification", "ConvNextConfig", None, num_channels=3, hidden_sizes=[8, 16],
                        depths=[1, 1], num_stages=2, num_labels=5), _img(32), _cls_labels),
     "swin": (_make("SwinForImageClassification", "SwinConfig", None, image_size=32, patch_size=4, embed_dim=16,
-                   depths=[1, 1], num_heads=[2, 4], window_size=4, drop_path_rate=0.0, num_labels=5), _img(32), _cls_labels),
+                   depths=[1, 1], num_heads=[2, 4], window_size=4, num_labels=5), _img(32), _cls_labels),
     "deit": (_make("DeiTForImageClassification", "DeiTConfig", None, **_VIT), _img(16), _cls_labels),
-    "beit": (_make("BeitForImageClassification", "BeitConfig", None, use_relative_position_bias=True, drop_path_rate=0.0, **_VIT),
+    "beit": (_make("BeitForImageClassification", "BeitConfig", None, use_relative_position_bias=True, **_VIT),
              _img(16), _cls_labels),
     "dinov2": (_make("Dinov2ForImageClassification", "Dinov2Config", None, **_VIT), _img(16), _cls_labels),
     "mobilevit": (_make("MobileViTForImageClassification", "MobileViTConfig", None, image_size=32, patch_size=2,
@@ -155,7 +155,7 @@ MODELS: dict[str, tuple[Builder, Inputs, Labels]] = {
                   _img(32), _cls_labels),
     "segformer": (_make("SegformerForSemanticSegmentation", "SegformerConfig", None, num_channels=3,
                         num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
-                        num_attention_heads=[1, 2], decoder_hidden_size=32, drop_path_rate=0.0,
+                        num_attention_heads=[1, 2], decoder_hidden_size=32,
                         num_labels=5), _img(32), _none),
     "clip_vision": (_make("CLIPVisionModel", "CLIPVisionConfig", None, image_size=16, patch_size=4, hidden_size=32,
                           num_hidden_layers=2, num_attention_heads=4, intermediate_size=64), _img(16), _none),
