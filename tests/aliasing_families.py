@@ -165,8 +165,9 @@ KNOWN: dict[str, dict[bool, dict[str, str]]] = {
     "setdata": {
         # B14: a no-grad set_() of an input that overlaps another input
         False: {"set_empty_no_grad": "B14"},
-        # B15: .data write of a saved tensor; B18: behind dynamo, no-grad set_ (x.data =) of a strided view
-        True: {"set_empty_no_grad": "B14", "data_add_": "B15", "data_view_write": "B15", "data_assign": "B18"},
+        # B18: behind dynamo, no-grad set_ (x.data =) of a strided view
+        # (B15, a .data write of a saved tensor, is fixed: warned eager runs)
+        True: {"set_empty_no_grad": "B14", "data_assign": "B18"},
     },
     # B11: a write through a slice or select of a complex tensor that requires grad
     # (B12, a write through a dtype view of a tensor that requires grad, is fixed: warned eager runs)

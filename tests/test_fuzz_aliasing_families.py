@@ -238,12 +238,10 @@ CASES: dict[str, Case] = {
 
 _B11 = "B11: a slice write of a complex tensor requiring grad: slice_scatter has no complex autograd formula"
 _B14 = "B14: a no-grad set_() of an input overlapping another: scatter of an empty tensor into the base"
-_B15 = ".data write of a tensor saved for backward: eager's backward reads the new value (B15)"
 _B18 = "B18: behind dynamo, a no-grad set_ twice on a strided view: its fallback sends the gradient to other elements"
 #: case -> entry -> reason of a strict xfail
 XFAIL: dict[str, dict[str, str]] = {
     "complex_slice_write": {"conveyor": _B11, "dynamo": _B11},
-    "data_write_of_saved": {"conveyor": _B15, "dynamo": _B15},
     "data_assign_twice": {"dynamo": _B18},
     "set_empty_aliased": {"conveyor": _B14},
     # not conveyor's: torch.compile(backend="aot_eager") gives the same gradient

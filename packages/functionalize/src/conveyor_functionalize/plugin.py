@@ -13,6 +13,8 @@ from conveyor_functionalize.decompositions import DECOMPOSITIONS, EAGER_KERNELS
 from conveyor_functionalize.dtype_views import REASON as DTYPE_VIEW_REASON
 from conveyor_functionalize.dtype_views import writes_through_dtype_view
 from conveyor_functionalize.epilogue import EpiloguePlan
+from conveyor_functionalize.hidden_writes import REASON as HIDDEN_WRITE_REASON
+from conveyor_functionalize.hidden_writes import data_aliases, hidden_write_detaches
 from conveyor_functionalize.layout import FunctionalLayout
 from conveyor_functionalize.one_run import in_one_run, lower_in_one_run
 from conveyor_functionalize.overlapping import check_no_mutated_aliases
@@ -67,6 +69,10 @@ class Functionalize:
             return eager_lowering(request, STAGE, [], swap)
         if writes_through_dtype_view(request.graph, request.inputs, request.grad_enabled):
             return eager_lowering(request, STAGE, [], DTYPE_VIEW_REASON)  # Note [Writes through a dtype view]
+        hidden = hidden_write_detaches(request.graph, request.inputs, request.grad_enabled)
+        if hidden:  # Note [Writes hidden from autograd to a saved tensor]
+            graph = data_aliases(request.graph, hidden)
+            return eager_lowering(request.replace(graph=graph), STAGE, [], HIDDEN_WRITE_REASON)
         if in_one_run(request):  # Note [One functional run]
             lowered = lower_in_one_run(request)
             if lowered is not None:
