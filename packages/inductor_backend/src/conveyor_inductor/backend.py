@@ -31,9 +31,10 @@ from typing import Any
 
 import torch
 from conveyor import CompiledFn, Request, StageError, stamp
-from conveyor.stage_api import call_graph, is_view, reducible, writes
+from conveyor.stage_api import call_graph, is_view, reducible, warn_eager, writes
 
 from conveyor_inductor import fx_cache, lowering, program
+from conveyor_inductor.offsets import misplaced_input
 from conveyor_inductor.probe import STAGE, require_cxx
 from conveyor_inductor.specs import describe_inputs
 
@@ -76,6 +77,16 @@ class InductorBackend:
         config = dict(options.get("config") or {})
         where = fx_cache.scope(request.inputs, request.fake_mode)
         decomposed = lowering.decompose(request.graph, where)
+        misplaced = misplaced_input(decomposed, where.inputs)
+        if misplaced is not None:  # Note [Storage offsets of Inductor's inputs]
+            warn_eager(
+                f"a {request.label} graph (stage '{STAGE}')",
+                f"it addresses input {misplaced}, at a storage offset, with as_strided (or a custom op Inductor "
+                "decomposes into one), which this torch's Inductor misplaces (Note [Storage offsets of Inductor's "
+                "inputs])",
+            )
+            stamp(request.graph)
+            return _running_views(request.graph)
         gm = program.for_inductor(decomposed)
         compiled = lowering.compile_decomposed(gm, where, request.label, config)
         made = program.program(request, decomposed, gm, compiled, describe_inputs(request.inputs), config)
