@@ -83,3 +83,26 @@ def test_a_torch_compiled_function_inside_a_program() -> None:
     torch._dynamo.reset()
     inner(torch.randn(3))
     assert counter.frame_count == before + 1  # the inner function still compiles on its own
+
+
+def test_the_watch_knows_torch_compile_wrapper_by_name_and_file() -> None:
+    """The probe of Note [Compiled functions inside a capture]: the wrapper's
+    code is where the watch looks for it on this torch."""
+    import types
+
+    from conveyor.frontend import fallback
+    from torch._dynamo.eval_frame import _TorchDynamoContext
+
+    found = [c for c in _TorchDynamoContext.__call__.__code__.co_consts if isinstance(c, types.CodeType)]
+    assert any(c.co_name == "compile_wrapper" and c.co_filename == fallback._EVAL_FRAME_FILE for c in found)
+
+
+def test_importing_conveyor_imports_neither_dynamo_nor_triton() -> None:
+    """triton reads TRITON_INTERPRET at its first import: importing conveyor
+    must leave that to the program (the triton backend's tests set it)."""
+    import subprocess
+    import sys
+
+    code = "import sys, conveyor; print(sorted(m for m in ('torch._dynamo', 'triton') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

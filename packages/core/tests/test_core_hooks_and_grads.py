@@ -171,3 +171,38 @@ def test_hooks_a_first_call_installs_are_not_left_twice_by_the_capture() -> None
         got = conveyor.compile(m)(x)
     assert len(m.lin._forward_hooks) == 1
     torch.testing.assert_close(got, m.lin(x))
+
+
+def _step_backwarding_a_module(model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    def step(x: torch.Tensor) -> torch.Tensor:
+        loss = model(x).sum()
+        loss.backward()
+        return loss.detach()
+
+    return step
+
+
+def _gan_step(a: torch.Tensor, b: torch.Tensor) -> None:
+    """test_repros' GAN step: backward of the generator's loss, then of the
+    discriminator's through ``e.detach()`` (h_sweep4 B1, B2)."""
+    e = torch.matmul(a, torch.ones(2, 2))
+    torch.abs(e - torch.ones(2, 2)).mean().backward()
+    torch.matmul(b, e.detach()).mean().backward()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_backward_inside_the_program_accumulates_into_the_callers_grads(entry: str) -> None:
+    """Before: ``conveyor.compile`` traced ``loss.backward()`` on stand-ins and
+    every ``.grad`` stayed ``None``, silently."""
+    torch.manual_seed(0)
+    model, ref = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(4, 3)
+    for _ in range(2):
+        torch.testing.assert_close(_quiet(ENTRIES[entry](_step_backwarding_a_module(model)), x), _step_backwarding_a_module(ref)(x))
+        torch.testing.assert_close(model.weight.grad, ref.weight.grad)
+    a0, b0 = torch.randn(2, 2), torch.randn(2, 2)
+    a, b, ra, rb = (t.clone().requires_grad_() for t in (a0, b0, a0, b0))
+    _quiet(ENTRIES[entry](_gan_step), a, b)
+    _gan_step(ra, rb)
+    torch.testing.assert_close((a.grad, b.grad), (ra.grad, rb.grad))

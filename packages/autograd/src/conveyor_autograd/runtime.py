@@ -251,9 +251,12 @@ def wrap(
     ``CompiledFunction`` class is made again on load."""
     backward = _Backward.of(layout, compiled_backward)
     direct = _direct_apply(function)
+    gets_grad = set(layout.grad_inputs)
+    cut = tuple(i for i in range(layout.num_inputs) if i not in gets_grad)
     if direct is None:
 
         def run(args: list[Any]) -> Sequence[Any]:
+            args = _without_edges(args, cut)
             return function.apply(layout, compiled_forward, backward, *args)  # type: ignore[no-any-return]
 
     else:
@@ -262,6 +265,7 @@ def wrap(
         compiling = torch.compiler.is_compiling
 
         def run(args: list[Any]) -> Sequence[Any]:
+            args = _without_edges(args, cut)
             if not transforms_active() and not compiling():  # dynamo traces Function.apply
                 try:
                     inputs = tuple(map(unwrap, args))  # Function.apply's unwrap_dead_wrappers, all tensors
@@ -273,6 +277,26 @@ def wrap(
 
     marker = backward_graph_of(function)
     return reducible(run, _loaded, layout, compiled_forward, compiled_backward, marker)
+
+
+def _without_edges(args: list[Any], cut: tuple[int, ...]) -> list[Any]:
+    """Note [Inputs that get no gradient]: an input that requires grad but
+    that no output's gradient reaches (the program detaches it, or only
+    reads its shape) is handed to ``apply`` detached, so that the program's
+    node has no edge to it. With an edge, autograd's engine would still run
+    the node behind it, with zeros (a ``Function``'s materialized grads):
+    eager never reaches that node. A GAN step that backwards the
+    generator's loss and then ``d_loss`` through ``fake.detach()`` ran the
+    generator's compiled backward a second time, after its saved tensors
+    were freed."""
+    out = args
+    for i in cut:
+        a = args[i]
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            if out is args:
+                out = list(args)
+            out[i] = a.detach()
+    return out
 
 
 def _loaded(

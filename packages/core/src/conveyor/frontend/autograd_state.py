@@ -9,16 +9,20 @@ eagerly, with a warning, with one exception.
 Note [Hooks and gradients a program reaches]: ``x.register_hook(h)``,
 ``x.register_post_accumulate_grad_hook(h)`` and ``x.retain_grad()`` attach
 Python to autograd's graph, and ``p.grad`` (read or set) is the state that
-graph accumulates into: a trace on fake tensors would register the hook on a
-fake that no call ever differentiates again, or read a gradient a stand-in
-does not have (``conveyor.compile(opt.step)`` updated nothing: every
-``p.grad`` was ``None``), or set one no caller sees. Dynamo handles each
+graph accumulates into, as does ``loss.backward()``
+(``torch.autograd.backward``): a trace on fake tensors would register the
+hook on a fake that no call ever differentiates again, or read a gradient a
+stand-in does not have (``conveyor.compile(opt.step)`` updated nothing:
+every ``p.grad`` was ``None``), or set one no caller sees, or accumulate the
+gradients of a ``backward()`` into stand-ins (a step calling
+``loss.backward()`` left every ``.grad`` ``None``). Dynamo handles each
 (hooks on inputs registered outside its graphs, pure hooks on intermediates
 as a ``register_hook`` operator, gradients lifted to graph inputs, ``p.grad
-= None`` replayed after the graph), so a standalone program that does one of
-them compiles through dynamo (``DynamoSplits``: Note [Programs only dynamo can
-split]); a dynamo graph that still holds one (a pure hook on an
-intermediate) runs eagerly, with a warning.
+= None`` replayed after the graph, ``backward()`` run between graphs), so a
+standalone program that does one of them compiles through dynamo
+(``DynamoSplits``: Note [Programs only dynamo can split]); a dynamo graph
+that still holds one (a pure hook on an intermediate) runs eagerly, with a
+warning.
 
 Note [Tensors the program makes require grad]: ``out.requires_grad_()`` on a
 tensor the program computed and that does not require grad makes it a new
@@ -56,6 +60,8 @@ _AUTOGRAD_HOOKS = {
     torch.Tensor.register_hook: "registers a hook on a tensor (register_hook)",
     torch.Tensor.register_post_accumulate_grad_hook: "registers a hook on a tensor (register_post_accumulate_grad_hook)",
     torch.Tensor.retain_grad: "makes a tensor keep its gradient (retain_grad)",
+    torch.Tensor.backward: "calls backward(), which accumulates gradients into the leaves' .grad",
+    torch.autograd.backward: "calls torch.autograd.backward, which accumulates gradients into the leaves' .grad",
 }
 _GRAD = torch._C.TensorBase.__dict__["grad"]
 _DESCRIPTOR_CALLS = ("__get__", "__set__", "__delete__")

@@ -294,22 +294,24 @@ def _reseeding(what: str) -> EagerFallback:
 # traced branches), so the same hook refuses dynamo's compile wrapper as it
 # starts and ``conveyor.compile`` compiles the program through dynamo
 # (Note [Programs only dynamo can split]).
-def _compile_wrapper_code() -> CodeType:
-    """The code of the function ``torch.compile`` wraps an optimized one in
-    (nested in ``_TorchDynamoContext.__call__`` on torch 2.11 to 2.14)."""
-    from torch._dynamo.eval_frame import _TorchDynamoContext
+#
+# The wrapper is known by its code's name and file, so that importing
+# conveyor does not import dynamo (which imports triton, whose interpreter
+# is chosen by the environment at its first import).
+def _eval_frame_file() -> str:
+    """The file of dynamo's ``torch.compile`` wrapper (probed: the wrapper's
+    code is ``compile_wrapper``, nested in ``_TorchDynamoContext.__call__``,
+    on torch 2.11 to 2.14)."""
+    path = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "eval_frame.py")
+    if not os.path.exists(path):
+        raise ImportError(
+            f"conveyor: torch {torch.__version__} has no {path}; the capture's watch for compiled functions "
+            "(Note [Compiled functions inside a capture] in conveyor.frontend.fallback) needs updating for this torch"
+        )
+    return path
 
-    for const in _TorchDynamoContext.__call__.__code__.co_consts:
-        if isinstance(const, CodeType) and const.co_name == "compile_wrapper":
-            return const
-    raise ImportError(
-        f"conveyor: torch {torch.__version__}'s torch.compile wraps no function named compile_wrapper in "
-        "_TorchDynamoContext.__call__; the capture's watch for compiled functions "
-        "(Note [Compiled functions inside a capture] in conveyor.frontend.fallback) needs updating for this torch"
-    )
 
-
-_COMPILE_WRAPPER_CODE = _compile_wrapper_code()
+_EVAL_FRAME_FILE = _eval_frame_file()
 
 
 def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
@@ -321,7 +323,7 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
         if name is not None:
             _capturing.refused = _reseeding(f"calls {name}")
             raise _capturing.refused
-        if frame.f_code is _COMPILE_WRAPPER_CODE:
+        if frame.f_code.co_name == "compile_wrapper" and frame.f_code.co_filename == _EVAL_FRAME_FILE:
             _capturing.refused = DynamoSplits(
                 "it calls a function torch.compile optimized (torch.cond, while_loop, scan and map optimize "
                 "themselves) (Note [Compiled functions inside a capture])"
