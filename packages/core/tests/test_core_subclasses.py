@@ -157,3 +157,27 @@ def test_double_backward_through_a_subclass_program_is_a_clear_error():
     (g,) = torch.autograd.grad(out, x, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
         torch.autograd.grad(g.sum(), x)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_subclass_the_program_builds_from_plain_inputs(entry, grad):
+    """Note [Subclasses the program makes]: before, both entry points
+    returned the TwoTensor built during the trace, around fake tensors
+    (h_sweep4 B8)."""
+
+    def f(a, b):
+        return TwoTensor(a * 2, b + 1).sin(), a.sum()
+
+    a, b = torch.randn(3, requires_grad=grad), torch.randn(3, requires_grad=grad)
+    a2, b2 = (t.detach().clone().requires_grad_(grad) for t in (a, b))
+    compiled = ENTRY_POINTS[entry](f)
+    for _ in range(2):
+        out, ref = compiled(a2, b2), f(a, b)
+        assert_two_close(out[0], ref[0])
+        assert type(out[0].a) is torch.Tensor and type(out[0].b) is torch.Tensor
+        torch.testing.assert_close(out[1], ref[1])
+    if grad:
+        (ref[0].sum() + ref[1]).backward()
+        (out[0].sum() + out[1]).backward()
+        torch.testing.assert_close((a2.grad, b2.grad), (a.grad, b.grad))

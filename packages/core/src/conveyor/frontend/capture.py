@@ -311,11 +311,16 @@ def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: An
     traced as their inner tensors, and the result carries their boundary
     (Note [Tensor subclasses])."""
     desugared = subclasses.desugar(fn, fake_inputs)
-    if desugared is not None:
-        inner_fn, inner_fakes, boundary = desugared
-        graph = detach_no_grad_results(retrace(inner_fn, inner_fakes, fake_mode), tuple(inner_fakes))
-        return Traced(graph, subclasses.checked(graph, boundary()))
-    return Traced(detach_no_grad_results(retrace(fn, fake_inputs, fake_mode), tuple(fake_inputs)))
+    if desugared is None:
+        made_subclass: list[bool] = []
+        graph = retrace(subclasses.returns_subclass(fn, made_subclass), fake_inputs, fake_mode)
+        if not any(made_subclass):
+            return Traced(detach_no_grad_results(graph, tuple(fake_inputs)))
+        desugared = subclasses.desugar(fn, fake_inputs, outputs_only=True)  # Note [Subclasses the program makes]
+    assert desugared is not None
+    inner_fn, inner_fakes, boundary = desugared
+    graph = detach_no_grad_results(retrace(inner_fn, inner_fakes, fake_mode), tuple(inner_fakes))
+    return Traced(graph, subclasses.checked(graph, boundary()))
 
 
 def retrace(

@@ -185,14 +185,15 @@ def _meta(x: torch.Tensor) -> SubclassMeta:
 
 
 def desugar(
-    fn: Callable[..., Sequence[Any]], fake_inputs: Sequence[Any]
+    fn: Callable[..., Sequence[Any]], fake_inputs: Sequence[Any], *, outputs_only: bool = False
 ) -> tuple[Callable[..., tuple[Any, ...]], list[Any], Callable[[], Boundary]] | None:
-    """For a flat program whose fake inputs include subclass tensors: the
-    program as a function of the inner tensors, its fake inner inputs, and a
-    function giving the :class:`Boundary` once the program has been traced.
-    ``None`` when no input is a subclass."""
+    """For a flat program whose fake inputs include subclass tensors (or,
+    with ``outputs_only``, whose outputs do: Note [Subclasses the program
+    makes]): the program as a function of the inner tensors, its fake inner
+    inputs, and a function giving the :class:`Boundary` once the program has
+    been traced. ``None`` when no input is a subclass."""
     refuse_unsupported(fake_inputs)
-    if not any(is_subclass(x) for x in fake_inputs):
+    if not outputs_only and not any(is_subclass(x) for x in fake_inputs):
         return None
     metas = tuple(_meta(x) if is_subclass(x) else None for x in fake_inputs)
     for meta in metas:
@@ -231,6 +232,27 @@ def desugar(
         return Boundary(metas, outputs[0], fn, requires) if train else Boundary(metas, outputs[0])
 
     return inner_fn, inner_fakes, boundary
+
+
+def returns_subclass(fn: Callable[..., Sequence[Any]], found: list[bool]) -> Callable[..., Sequence[Any]]:
+    """``fn``, noting in ``found`` whether an output of its (last) run is a
+    subclass tensor.
+
+    Note [Subclasses the program makes]: a program over plain tensors may
+    return a subclass tensor it builds (``TwoTensor(a * 2, b)``). Traced as
+    it is, the graph's result would be the subclass built during the trace,
+    around fake inner tensors, handed to the caller on every call. So the
+    capture watches the outputs, and a program that returns a subclass is
+    traced again as a function to the inner tensors (``desugar(...,
+    outputs_only=True)``): its outputs are rebuilt around each call's real
+    inner tensors, as for a subclass input."""
+
+    def watched(*args: Any) -> Sequence[Any]:
+        outs = fn(*args)
+        found[:] = [any(is_subclass(o) for o in outs)]
+        return outs
+
+    return watched
 
 
 def checked(graph: torch.fx.GraphModule, boundary: Boundary) -> Boundary:
