@@ -181,3 +181,26 @@ def test_a_subclass_the_program_builds_from_plain_inputs(entry, grad):
         (ref[0].sum() + ref[1]).backward()
         (out[0].sum() + out[1]).backward()
         torch.testing.assert_close((a2.grad, b2.grad), (a.grad, b.grad))
+
+
+class _Tagged(torch.Tensor):
+    """A subclass with only ``__torch_function__`` (its ops return it)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_torch_function_subclass_input_keeps_its_type():
+    """Note [Subclasses with only __torch_function__]: before, the outputs
+    came back plain tensors (h_sweep4 B9)."""
+
+    def f(x):
+        return x.exp() + 1, x.t()
+
+    x = torch.randn(3, 3).as_subclass(_Tagged)
+    with pytest.warns(UserWarning, match="through dynamo.*_Tagged"):
+        outs = conveyor.compile(f)(x)
+    for o, r in zip(outs, f(x), strict=True):
+        assert type(o) is _Tagged
+        torch.testing.assert_close(o.as_subclass(torch.Tensor), r.as_subclass(torch.Tensor))

@@ -40,7 +40,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from conveyor.analysis.schema import writes
-from conveyor.errors import CaptureError, ConveyorError, EagerFallback
+from conveyor.errors import CaptureError, ConveyorError, DynamoSplits, EagerFallback
 from conveyor.protocol.stage import CompiledFn
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer, FakeTensor)
@@ -149,6 +149,29 @@ def _unsupported(x: Any) -> str | None:
             "__tensor_unflatten__, so conveyor cannot trace through it"
         )
     return None
+
+
+def refuse_torch_function_subclasses(flat: Sequence[Any]) -> None:
+    """Note [Subclasses with only __torch_function__]: a tensor of a Python
+    subclass without ``__torch_dispatch__`` or the flatten protocol
+    (``x.as_subclass(Tagged)``, torchvision's ``tv_tensors``) is its data
+    and its type: eager's ops return the subclass through its
+    ``__torch_function__``, which a fake of it (a plain fake tensor) never
+    calls, so a graph traced from it would return plain tensors. Dynamo
+    traces ``__torch_function__`` and rewraps the outputs, so
+    ``conveyor.compile`` compiles a program taking one through dynamo
+    (:class:`DynamoSplits`)."""
+    for x in flat:
+        if (
+            isinstance(x, torch.Tensor)
+            and type(x) not in _PLAIN_TYPES
+            and not is_traceable_wrapper_subclass(x)
+            and getattr(type(x), "__torch_dispatch__", None) is torch.Tensor.__torch_dispatch__
+        ):
+            raise DynamoSplits(
+                f"it takes a tensor of the subclass {type(x).__qualname__}, whose __torch_function__ a graph "
+                "traced on fake tensors would drop (Note [Subclasses with only __torch_function__])"
+            )
 
 
 def boundary_key(flat: Sequence[Any]) -> Hashable:

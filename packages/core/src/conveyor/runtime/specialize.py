@@ -36,6 +36,7 @@ from conveyor.errors import CaptureError, DataDependentError, DynamoSplits, Eage
 from conveyor.frontend.capture import CallLayout, capture, lifted_state
 from conveyor.frontend.fallback import watching_capture
 from conveyor.frontend.objects import ObjectArgs
+from conveyor.frontend.subclasses import refuse_torch_function_subclasses
 from conveyor.protocol import timings
 from conveyor.protocol.config import Config
 from conveyor.protocol.lowering import warn_eager
@@ -248,6 +249,7 @@ class Specializations:
             fakes = [fake_mode.from_tensor(t, static_shapes=True) for t in flat]
         started = timings.stopwatch()  # Note [Compile timings]
         try:
+            refuse_torch_function_subclasses(flat)
             with watching_capture():
                 traced, closure, layout = capture(
                     self.fn, self.module, state_names, layout, fakes, fake_mode, call.objects
