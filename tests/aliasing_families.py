@@ -163,27 +163,15 @@ DTVIEW: dict[str, Op] = {
 #: family -> requires_grad -> {op: bug}
 KNOWN: dict[str, dict[bool, dict[str, str]]] = {
     "setdata": {
-        # B14: a no-grad set_() of an input that overlaps another input
-        False: {"set_empty_no_grad": "B14"},
-        # B18: behind dynamo, no-grad set_ (x.data =) of a strided view
-        # (B15, a .data write of a saved tensor, is fixed: warned eager runs)
-        True: {"set_empty_no_grad": "B14", "data_assign": "B18"},
-    },
-    # B11: a write through a slice or select of a complex tensor that requires grad
-    # (B12, a write through a dtype view of a tensor that requires grad, is fixed: warned eager runs)
-    "cplx": {
+        # (B14, a no-grad set_() of an input overlapping another, and B15, a .data write of a saved tensor,
+        # are fixed: warned eager runs)
         False: {},
-        True: {
-            "F:sub_view_": "B11",
-            "F:zero_first_": "B11",
-            "F:select_mul_": "B11",
-            "F:flat_fill_": "B11",
-            "F:write_as_strided_": "B11",
-            "real_detached_write": "B11",
-            "imag_fill_no_grad": "B11",
-            "as_real_first_sub_": "B11",
-        },
+        # B18: behind dynamo, no-grad set_ (x.data =) of a strided view
+        True: {"data_assign": "B18"},
     },
+    # (B11, a write through a slice or select of a complex tensor requiring grad, is fixed: the scatter is
+    # spelled on the real views; B12, a write through a dtype view of a tensor requiring grad: warned eager runs)
+    "cplx": {False: {}, True: {}},
     "dtview": {False: {}, True: {}},
 }
 

@@ -223,7 +223,7 @@ CASES: dict[str, Case] = {
     "complex_set_no_grad": (complex_set_no_grad, lambda: [_leaf(3, dtype=C) * 1, _leaf(3, dtype=C) * 1]),
     "data_assign_then_backward": (data_assign_then_backward, lambda: [_leaf(3), _leaf(3)]),
     "detached_requires_grad": (detached_requires_grad, lambda: [_leaf(3)]),
-    # h_fuzz2's B8, B7, B10, B9, B16 (fixed by 70f87d5: warned eager runs), then open bugs
+    # h_fuzz2's B8, B7, B10, B9, B16 (fixed by 70f87d5: warned eager runs), B11, B14, B15 (fixed), B18 (open)
     "complex_slice_write": (complex_slice_write, lambda: [_leaf(3, 4, dtype=C) * 1]),
     "set_fresh_no_grad": (set_fresh_no_grad, lambda: [_leaf(3) * 1]),
     "int_view_write": (int_view_write, lambda: [_leaf(3) * 1, _leaf(3)]),
@@ -236,14 +236,10 @@ CASES: dict[str, Case] = {
     "set_empty_aliased": (set_empty_aliased, lambda: _overlapping(torch.randn(4, 3, dtype=D))),
 }
 
-_B11 = "B11: a slice write of a complex tensor requiring grad: slice_scatter has no complex autograd formula"
-_B14 = "B14: a no-grad set_() of an input overlapping another: scatter of an empty tensor into the base"
 _B18 = "B18: behind dynamo, a no-grad set_ twice on a strided view: its fallback sends the gradient to other elements"
 #: case -> entry -> reason of a strict xfail
 XFAIL: dict[str, dict[str, str]] = {
-    "complex_slice_write": {"conveyor": _B11, "dynamo": _B11},
     "data_assign_twice": {"dynamo": _B18},
-    "set_empty_aliased": {"conveyor": _B14},
     # not conveyor's: torch.compile(backend="aot_eager") gives the same gradient
     "data_assign_then_backward": {"dynamo": "dynamo's Tensor.data assignment loses x's gradient, as under aot_eager"},
 }

@@ -18,6 +18,20 @@ never differentiates it, only functional graphs do). It is spelled as an
 out-of-place ``index_put`` into ``self``'s buffer, which autograd
 differentiates correctly.
 
+Note [Complex scatters under grad]: a write through a slice or a select
+of a complex tensor (``x[1:2].mul_(3)``, ``x[:, 1].zero_()``) functionalizes
+to ``slice_scatter`` / ``select_scatter``, which torch cannot differentiate
+for complex outputs ("does not support automatic differentiation for outputs
+with complex dtype"); eager differentiates the view and the in-place op
+instead, and so does AOTAutograd, above functionalization (h_fuzz2's B11:
+the autograd stage raised). While the traced program needs gradients
+(:data:`GRAD_DECOMPOSITIONS`), such a scatter is spelled on the real view of
+both tensors, ``view_as_complex(slice_scatter(view_as_real(self),
+view_as_real(src), ...))``: the same values (a complex element is its two
+real parts), and every op of it has a complex derivative; ``zero`` (of
+``x[:, 1].zero_()``), which has none for complex outputs either, is spelled
+``zeros_like``. Without grad these stay as they are.
+
 ``bernoulli.p`` is here for the same reason in another guise: the functional
 form must draw the random numbers eager's in-place form draws, element for
 element.
@@ -96,10 +110,51 @@ def bernoulli_p(self: torch.Tensor, p: float = 0.5, *, generator: Any = None) ->
     return aten.bernoulli.p(self.permute(perm), p, generator=generator).permute(inverse)
 
 
+def _as_real(t: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_real(t.resolve_conj())
+
+
+def select_scatter(self: torch.Tensor, src: torch.Tensor, dim: int, index: Any) -> Any:
+    """``aten.select_scatter`` of complex tensors, on their real views
+    (Note [Complex scatters under grad])."""
+    if not self.is_complex():
+        return NotImplemented
+    dim = dim % self.dim()  # the real view adds a last dim
+    return torch.view_as_complex(aten.select_scatter(_as_real(self), _as_real(src.to(self.dtype)), dim, index))
+
+
+def slice_scatter(
+    self: torch.Tensor, src: torch.Tensor, dim: int = 0, start: Any = None, end: Any = None, step: Any = 1
+) -> Any:
+    """``aten.slice_scatter`` of complex tensors, on their real views
+    (Note [Complex scatters under grad])."""
+    if not self.is_complex():
+        return NotImplemented
+    dim = dim % self.dim()
+    real = aten.slice_scatter(_as_real(self), _as_real(src.to(self.dtype)), dim, start, end, step)
+    return torch.view_as_complex(real)
+
+
+def zero(self: torch.Tensor) -> Any:
+    """``aten.zero`` of a complex tensor (what ``x[:, 1].zero_()``
+    functionalizes to) as zeros of its layout: no gradient flows through
+    either (Note [Complex scatters under grad])."""
+    if not self.is_complex():
+        return NotImplemented
+    return torch.zeros_like(self)
+
+
 DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
     aten.copy.default: copy,
     aten.bernoulli.p: bernoulli_p,
     aten.as_strided_scatter.default: as_strided_scatter,
+}
+#: the table of a trace whose program needs gradients (Note [Complex scatters under grad])
+GRAD_DECOMPOSITIONS: dict[Any, Callable[..., Any]] = {
+    **DECOMPOSITIONS,
+    aten.select_scatter.default: select_scatter,
+    aten.slice_scatter.default: slice_scatter,
+    aten.zero.default: zero,
 }
 
 

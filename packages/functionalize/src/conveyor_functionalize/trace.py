@@ -27,7 +27,7 @@ from conveyor.stage_api import (
     writes,
 )
 
-from conveyor_functionalize.decompositions import DECOMPOSITIONS, keep_eager_kernels
+from conveyor_functionalize.decompositions import DECOMPOSITIONS, GRAD_DECOMPOSITIONS, keep_eager_kernels
 from conveyor_functionalize.epilogue import EpiloguePlan
 from conveyor_functionalize.grad_identity import IdentityKeepingInterpreter
 from conveyor_functionalize.layout import FunctionalLayout
@@ -94,7 +94,9 @@ def trace_functional(
         outs += [from_functional(run.f_outputs[k]._base) for k in layout.intermediate_bases]
         return tuple(outs)
 
-    traced = retrace(functional, inputs, fake_mode, decomposition_table=DECOMPOSITIONS)
+    needs_grad = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+    table = GRAD_DECOMPOSITIONS if needs_grad else DECOMPOSITIONS  # Note [Complex scatters under grad]
+    traced = retrace(functional, inputs, fake_mode, decomposition_table=table)
     graph_module = detach_no_grad_results(traced, tuple(inputs))
     # views the program took only to write through them, or of outputs the
     # epilogue regenerates, are dead once functional

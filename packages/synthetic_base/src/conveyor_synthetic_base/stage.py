@@ -21,7 +21,16 @@ from typing import Any
 import conveyor
 import torch
 from conveyor import CompiledFn, Lowering, Request, stage_api
-from conveyor.stage_api import STORAGE_ADDRESSING_REASON, CallSignature, as_strided_of_part, overlaps_itself, reducible
+from conveyor.stage_api import (
+    STORAGE_ADDRESSING_REASON,
+    CallSignature,
+    as_strided_of_part,
+    is_view,
+    overlaps_itself,
+    reducible,
+    swaps_storage,
+    written_positions,
+)
 
 from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
@@ -55,6 +64,13 @@ class SyntheticBaseStage:
         if not bases:
             return Lowering.passthrough(request)
         mapping = BaseMap.place(len(request.inputs), bases)
+        swapped = sorted(set(_swapped_inputs(request.graph)) & set(mapping.merged()))
+        if swapped:  # Note [Storage swaps of inputs sharing a storage]
+            reason = (
+                f"it sets input(s) {swapped}, which share their storage with another input, onto another storage "
+                "(Note [Storage swaps of inputs sharing a storage])"
+            )
+            return stage_api.eager_lowering(request, "synthetic_base", reason)
         metadata_of = tuple(o for o in mapping.merged() if o in muts.metadata)
         returned: list[tuple[UserOutIdx, OuterIdx]] = []
         with request.fake_mode:
@@ -65,6 +81,34 @@ class SyntheticBaseStage:
         layout = OutputLayout(_user_count(request), metadata_of, tuple(returned))
         inner = request.replace(graph=graph, inputs=inner_inputs)
         return Lowering((inner,), lambda compiled: _wrapped(compiled, mapping, layout))
+
+
+# Note [Storage swaps of inputs sharing a storage]: ``a.set_(...)`` of an
+# input that shares its storage with another input moves ``a`` off the
+# storage the other still reads; a synthetic base holds one storage for both,
+# and regenerates ``a`` as a view of it, so the swap became a write into the
+# base (``a.set_()`` under ``no_grad`` scattered an empty tensor into it: a raw
+# RuntimeError from ``slice_scatter``, h_fuzz2's B14). Such a program runs
+# eagerly, with a warning, as functionalization's own rule does for inputs
+# that share a storage and are not merged (Note [Storage swaps
+# functionalization cannot replay] in ``conveyor_functionalize``).
+
+
+def _swapped_inputs(graph: torch.fx.GraphModule) -> list[int]:
+    """The inputs ``graph`` sets onto another storage (``set_``), itself or a
+    view of it (Note [Storage swaps of inputs sharing a storage])."""
+    placeholders = {n: i for i, n in enumerate(n for n in graph.graph.nodes if n.op == "placeholder")}
+    found = []
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and swaps_storage(node) and node.args:
+            root = node.args[0]
+            while isinstance(root, torch.fx.Node) and root.op == "call_function" and root.args:
+                if not (is_view(root) or (0, "self") in written_positions(root)):
+                    break
+                root = root.args[0]
+            if root in placeholders:
+                found.append(placeholders[root])
+    return found
 
 
 def _user_count(request: Request) -> int:
