@@ -6,7 +6,10 @@ stored with it."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import pickle
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ import conveyor
 import pytest
 import torch
 from conveyor.testing import check
-from conveyor_inductor import layouts, lowering
+from conveyor_inductor import layouts, lowering, program
 from fx_cache_helpers import lookups, mlp, step
 from torch._inductor.utils import fresh_cache
 
@@ -86,3 +89,41 @@ def test_a_loaded_program_checks_the_stored_output_layouts(tmp_path: Path, monke
     with pytest.raises(conveyor.StageError, match="in other layouts than the graph's"):
         step(compile_cached(model, tmp_path), model, x)
     assert checked[0] == first[0]
+
+
+def test_a_loaded_program_hands_its_graph_over_and_keeps_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Note [A loaded graph handed over]: no copy of the stored graph; nothing keeps it after the compile
+    model, x = mlp(), torch.randn(4, 16)
+    want = step(compile_cached(model, tmp_path), model, x)
+    lookups()
+    handed: list[weakref.ref[torch.fx.Graph]] = []
+    copies: list[torch.fx.GraphModule] = []
+    original, original_copy = lowering.compile_decomposed, program.for_inductor
+
+    def spied(gm: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+        handed.append(weakref.ref(gm.graph))
+        return original(gm, *args, **kwargs)
+
+    def copied(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        copies.append(gm)
+        return original_copy(gm)
+
+    monkeypatch.setattr(lowering, "compile_decomposed", spied)
+    monkeypatch.setattr(program, "for_inductor", copied)
+    got = step(compile_cached(model, tmp_path), model, x)
+    assert lookups() == {"hit": 2, "miss": 0, "bypass": 0} and not copies
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    gc.collect()
+    assert len(handed) == 2 and all(ref() is None for ref in handed), "a loaded program kept its graph"
+
+
+def test_a_handed_over_graph_no_longer_pickles() -> None:
+    graph = torch.fx.Graph()
+    graph.output((graph.placeholder("x"),))
+    stored = program._Stored(torch.fx.GraphModule(torch.nn.Module(), graph))
+    assert isinstance(pickle.loads(pickle.dumps(stored)), torch.fx.GraphModule)  # before: the graph itself
+    stored.take()
+    with pytest.raises(TypeError, match="after its first call"):
+        pickle.dumps(stored)
+    with pytest.raises(conveyor.StageError, match="failed to compile on its first call"):
+        stored.take()

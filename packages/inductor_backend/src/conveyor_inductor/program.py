@@ -44,6 +44,19 @@ propagation over a training step's forward and backward graphs cost about
 garbage collector scanned (the test of a loaded program compiled on a miss
 is ``test_a_loaded_program_compiles_on_an_inductor_miss``).
 
+Note [A loaded graph handed over]: a loaded program keeps its decomposed
+graph only to compile it on its first call (and to be pickled again before
+that). So that graph itself is handed to Inductor, in a plain
+``GraphModule`` as :func:`for_inductor` makes (the same code and attributes:
+the same key), not a copy of it: a copy of a training step's two graphs was
+some 1,200 nodes and 8,600 objects made in the first call (nearly a full
+collection of the garbage collector's budget), and the graph is not kept
+after the compile. What Inductor may rewrite in place on a miss is then
+nothing anyone reads again: the program no longer pickles once its graph is
+handed over (the disk cache, which never stores a loaded program anyway,
+would store nothing, and says so in its debug log); a compile that fails
+is not tried again: the next call says the first one failed.
+
 A graph with symbolic sizes is not described (its sizes are symbols of a
 live ``ShapeEnv``, which a later process cannot have): its callable does not
 pickle, and the program is not stored (the disk cache stores no symbolic
@@ -57,10 +70,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from conveyor import CompiledFn, Request
+from conveyor import CompiledFn, Request, StageError
 from conveyor.stage_api import reducible
 
 from conveyor_inductor import fx_cache, layouts, lowering
+from conveyor_inductor.probe import STAGE
 from conveyor_inductor.specs import TensorSpec, describe_inputs
 
 __all__ = ["InductorProgram", "Made", "TensorSpec", "describe_inputs", "for_inductor", "program"]
@@ -105,6 +119,38 @@ def for_inductor(decomposed: torch.fx.GraphModule) -> torch.fx.GraphModule:
         return torch.fx.GraphModule(decomposed, graph, "GraphModule")
 
 
+def _handed(decomposed: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """What :func:`for_inductor` makes of a loaded program's ``decomposed``
+    graph, over that graph itself (Note [A loaded graph handed over])."""
+    with fx_cache.plain_graph_modules():
+        return torch.fx.GraphModule(decomposed, decomposed.graph, "GraphModule")
+
+
+class _Stored:
+    """A loaded program's decomposed graph, until it is handed to Inductor
+    (Note [A loaded graph handed over]); pickles as the graph."""
+
+    __slots__ = ("gm",)
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        self.gm: torch.fx.GraphModule | None = gm
+
+    def take(self) -> torch.fx.GraphModule:
+        gm, self.gm = self.gm, None
+        if gm is None:
+            raise StageError(STAGE, "a program loaded from the disk cache failed to compile on its first call (above)")
+        return gm
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if self.gm is None:  # the disk cache logs it and stores nothing
+            raise TypeError("a loaded Inductor program after its first call (its graph was handed to Inductor)")
+        return (_graph, (self.gm,))
+
+
+def _graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    return gm
+
+
 def program(
     request: Request,
     decomposed: torch.fx.GraphModule,
@@ -142,15 +188,17 @@ def _loaded(
     decomposed graph compiled with Inductor on its first call (Note [Storing
     Inductor programs], Note [Fake values Inductor makes itself])."""
     compiled: list[Any] = []
+    stored = _Stored(decomposed)
+    del decomposed
 
     def run(args: list[Any]) -> Sequence[Any]:
         if not compiled:
             where = fx_cache.described_scope(described)
-            gm = for_inductor(decomposed)
+            gm = _handed(stored.take())  # Note [A loaded graph handed over]
             for node, value in zip(gm.graph.find_nodes(op="placeholder"), where.inputs, strict=True):
                 node.meta["val"] = value
             with torch.set_grad_enabled(grad_enabled):
                 compiled.append(lowering.compile_decomposed(gm, where, label, config, expected))
         return compiled[0](args)  # type: ignore[no-any-return]
 
-    return reducible(run, _loaded, decomposed, described, label, config, grad_enabled, expected)
+    return reducible(run, _loaded, stored, described, label, config, grad_enabled, expected)

@@ -31,10 +31,12 @@ the live shape environment that a stored program could not replay.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +83,11 @@ def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request],
         info.info("disk cache not used for this %s: %s", request.label, why)
         return compile(request)
     path = entry_path(cache_dir(config), key)
-    found = load(path, request, key)
+    found = load(path, len(request.inputs), key)
     if found is not None:
         info.info("disk cache hit %s: loaded %s", key[:12], path)
         stored_graphs.emit(found[1], str(path))  # Note [Structured trace]: the stamps stored with it
+        _record(key)
         return found
     info.info("disk cache miss %s: compiling the %s", key[:12], request.label)
     caught: list[warnings.WarningMessage] = []
@@ -95,9 +98,32 @@ def compile_cached(pipeline: Any, request: Request, compile: Callable[[Request],
         _reemit(caught)  # outside the block: to the caller's filters and handlers
     if caught:
         log.debug("not stored: the compile warned (%s)", caught[0].message)
-    else:
-        store(path, result, key)
+    elif store(path, result, key):
+        _record(key)
     return result
+
+
+#: the keys of the programs loaded or stored while :func:`recording` (Note [Keyed before capture])
+_recorded: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("conveyor_disk_keys", default=None)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[str]]:
+    """The keys of the entries :func:`compile_cached` loads or stores in the
+    block, in order (Note [Keyed before capture] in
+    :mod:`conveyor.runtime.dynamo_key`)."""
+    keys: list[str] = []
+    token = _recorded.set(keys)
+    try:
+        yield keys
+    finally:
+        _recorded.reset(token)
+
+
+def _record(key: str) -> None:
+    keys = _recorded.get()
+    if keys is not None:
+        keys.append(key)
 
 
 def entry_path(directory: Path, key: str) -> Path:
@@ -109,8 +135,9 @@ def _root(path: Path) -> Path:
     return path.parent.parent
 
 
-def load(path: Path, request: Request, key: str) -> tuple[CompiledFn, StoredGraphs] | None:
-    """The entry for ``key`` at ``path``; ``None`` when there is none, when a
+def load(path: Path, inputs: int, key: str) -> tuple[CompiledFn, StoredGraphs] | None:
+    """The entry for ``key`` at ``path``, a program of ``inputs`` inputs;
+    ``None`` when there is none, when a
     folder on its way or the entry is not the user's alone (Note [Caches only
     the user can write]: one warning), or when it is corrupt, stale or
     recorded for another key (then it is deleted)."""
@@ -124,7 +151,7 @@ def load(path: Path, request: Request, key: str) -> tuple[CompiledFn, StoredGrap
         log.debug("cannot read %s: %s", path, exc)
         return None
     try:
-        result = _decode(data, request, key)
+        result = _decode(data, inputs, key)
     except Exception as exc:  # a corrupt entry is rebuilt, never trusted
         log.debug("discarding cache entry %s: %s: %s", path, type(exc).__name__, exc)
         _remove(path)
@@ -164,7 +191,7 @@ def store(path: Path, result: Compiled, key: str) -> bool:
     return True
 
 
-def _decode(data: bytes, request: Request, key: str) -> tuple[CompiledFn, StoredGraphs]:
+def _decode(data: bytes, inputs: int, key: str) -> tuple[CompiledFn, StoredGraphs]:
     if len(data) < _HEADER or not data.startswith(_MAGIC):
         raise ValueError("not a conveyor program file (truncated or garbled header)")
     version = int.from_bytes(data[len(_MAGIC) : _KEY], "little")
@@ -188,9 +215,9 @@ def _decode(data: bytes, request: Request, key: str) -> tuple[CompiledFn, Stored
         and isinstance(result[3], bytes)
     ):
         raise ValueError(f"unexpected content {type(result).__name__}")
-    compiled, inputs, names, graphs = result
-    if inputs != len(request.inputs):
-        raise ValueError(f"the stored program takes {inputs} inputs, the request has {len(request.inputs)}")
+    compiled, stored_inputs, names, graphs = result
+    if stored_inputs != inputs:
+        raise ValueError(f"the stored program takes {stored_inputs} inputs, the request has {inputs}")
     return compiled, StoredGraphs(graphs, names, f"entry {key[:12]}")
 
 

@@ -72,8 +72,7 @@ def program_key(pipeline: Any, request: Request) -> tuple[str | None, str]:
     try:
         parts = (
             FORMAT_VERSION,
-            environment(_stage_distributions(pipeline)),
-            _pipeline_part(pipeline),
+            *pipeline_parts(pipeline),
             _stage_keys(pipeline, request),
             _global_part(request),
             _inputs_part(request.inputs),
@@ -85,6 +84,11 @@ def program_key(pipeline: Any, request: Request) -> tuple[str | None, str]:
 
 
 # -- the pipeline -------------------------------------------------------------
+def pipeline_parts(pipeline: Any) -> tuple[Any, ...]:
+    """The environment, and each stage with its options (Note [The disk cache key])."""
+    return (environment(_stage_distributions(pipeline)), _pipeline_part(pipeline))
+
+
 def _stage_distributions(pipeline: Any) -> tuple[str, ...]:
     found = []
     for spec in pipeline.stages:
@@ -110,11 +114,21 @@ def _pipeline_part(pipeline: Any) -> tuple[Any, ...]:
 
 def _stage_keys(pipeline: Any, request: Request) -> tuple[Any, ...]:
     """Each stage's ``cache_key`` for the request's inputs, as plain data."""
+    return stage_keys(pipeline, request.inputs)
+
+
+def stage_keys(pipeline: Any, inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """Each stage's ``cache_key`` for ``inputs``, as plain data."""
     keyed = [spec for spec in pipeline.stages if spec.cache_key is not None]
     if not keyed:
         return ()
-    signature = CallSignature.of(request.inputs)
+    signature = CallSignature.of(inputs)
     return tuple((spec.name, _plain(spec.cache_key(signature), f"stage {spec.name!r} cache_key")) for spec in keyed)
+
+
+def plain(value: Any, what: str) -> Any:
+    """``value`` as plain data with a stable ``repr``, or :class:`Unkeyable`."""
+    return _plain(value, what)
 
 
 def _plain(value: Any, what: str) -> Any:
@@ -137,14 +151,24 @@ def _plain(value: Any, what: str) -> Any:
 
 # -- the request and the process's modes --------------------------------------
 def _global_part(request: Request) -> tuple[Any, ...]:
+    return global_part(request.grad_enabled, request.label)
+
+
+def global_part(grad_enabled: bool, label: str) -> tuple[Any, ...]:
+    """The request's grad mode and label, and the process's modes."""
     return (
-        request.grad_enabled,
-        request.label,
+        grad_enabled,
+        label,
         cache._autocast_key(),
         torch.is_inference_mode_enabled(),
         torch.get_default_dtype(),
         torch.are_deterministic_algorithms_enabled(),
     )
+
+
+def inputs_part(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """Each input's metadata (Note [The disk cache key])."""
+    return _inputs_part(inputs)
 
 
 def _inputs_part(inputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -184,6 +208,12 @@ def _symbolic(t: torch.Tensor) -> bool:
 
 # -- the graph ----------------------------------------------------------------
 def _graph_part(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    return (*nodes_part(gm), _plain(dict(gm.meta), "graph meta"))
+
+
+def nodes_part(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
+    """``gm``'s code, its code generator, the plain-data part of each node's
+    ``meta``, and its constants by value (Note [The disk cache key])."""
     node_meta = []
     constants = []
     for node in gm.graph.nodes:
@@ -207,7 +237,6 @@ def _graph_part(gm: torch.fx.GraphModule) -> tuple[Any, ...]:
         repr(pytree_info) if pytree_info is not None else None,
         tuple(node_meta),
         tuple(constants),
-        _plain(dict(gm.meta), "graph meta"),
     )
 
 
