@@ -38,6 +38,15 @@ def decompose(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.Gr
     return gm
 
 
+# Note [Random ops in the inductor backend]: ``torch.compile``'s Inductor runs
+# its joint-graph passes before ``compile_fx_inner``; one of them
+# (``replace_random_passes``) turns ``aten.rand``/``randn`` into Inductor's
+# seeded random ops, and Inductor's lowering refuses the aten ops it expects
+# that pass to have replaced ("should have been handled in replace_random.py").
+# The backend runs that pass on each graph it compiles, under the stage's
+# Inductor options: with ``fallback_random`` the pass does nothing and Inductor
+# calls aten's random ops (eager's generator, eager's numbers); otherwise the
+# numbers are Inductor's own, as under ``torch.compile``.
 def compile_decomposed(
     gm: torch.fx.GraphModule,
     where: fx_cache.Scope,
@@ -58,6 +67,7 @@ def compile_decomposed(
     if not where.cached:
         log.debug("%s: Inductor's FX graph cache not used: %s", label, where.why)
     with where.entered(), inductor.config.patch({**config, **where.config}):
+        inductor.replace_random(gm, where.fake_mode)  # Note [Random ops in the inductor backend]
         compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
     changed = layouts.changed_output_strides(expected, compiled)
     if changed and where.cached:  # a cache entry written without the mark: compile it afresh

@@ -54,11 +54,16 @@ class InductorApi:
     :ivar compile_graph: ``compile_fx_inner``.
     :ivar decompositions: ``select_decomp_table``.
     :ivar config: ``torch._inductor.config``.
+    :ivar replace_random: ``replace_random_passes``, the pass of Inductor's
+        joint-graph passes that turns ``aten.rand`` (and the ops decomposed to
+        it: ``rand_like``, dropout) into Inductor's own random ops, which its
+        lowering requires (Note [Random ops in the inductor backend]).
     """
 
     compile_graph: Callable[..., Any]
     decompositions: Callable[[], dict[Any, Callable[..., Any]]]
     config: Any
+    replace_random: Callable[[Any, Any], Any]
 
 
 def probe() -> None:
@@ -87,7 +92,16 @@ def api() -> InductorApi:
     config = _module("torch._inductor.config")
     if not callable(getattr(config, "patch", None)):
         raise StageError(STAGE, "this torch's torch._inductor.config has no patch()")
-    return InductorApi(compile_graph, decompositions, config)
+    passes = _find("torch._inductor.fx_passes.replace_random", "replace_random_passes")
+    set_fake_mode = getattr(getattr(_module("torch._inductor.virtualized"), "V", None), "set_fake_mode", None)
+    if not callable(set_fake_mode):
+        raise StageError(STAGE, "this torch's torch._inductor.virtualized.V has no set_fake_mode()")
+
+    def replace_random(gm: Any, fake_mode: Any) -> Any:
+        with set_fake_mode(fake_mode):  # the pass makes its seeds' fake values in Inductor's fake mode
+            return passes(gm)
+
+    return InductorApi(compile_graph, decompositions, config, replace_random)
 
 
 def _module(name: str) -> Any:
