@@ -4,8 +4,10 @@ the graph's own ``forward``."""
 
 from __future__ import annotations
 
+import linecache
+
 import torch
-from conveyor.protocol.backends.direct_calls import direct_forward
+from conveyor.protocol.backends.direct_calls import _CALL_SITE, direct_forward
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -56,12 +58,23 @@ def test_direct_calls_take_a_lazy_graph_module() -> None:
 
     gm = make_fx(_program)(*_inputs(False))
     lazy = _LazyGraphModule(gm, gm.graph)
-    torch.testing.assert_close(direct_forward(lazy)(_inputs(False)), gm.forward(*_inputs(False)))
+    run = direct_forward(lazy)
+    # Note [Code generated, compiled once]: FX's source compiled once, by the backend, with its call sites named
+    assert lazy._needs_recompile()
+    torch.testing.assert_close(run(_inputs(False)), gm.forward(*_inputs(False)))
+    boxed = run.boxed()  # type: ignore[attr-defined]
+    assert boxed is not None and lazy._needs_recompile()
+    torch.testing.assert_close(boxed(_inputs(False)), gm.forward(*_inputs(False)))
+    compiled = [k for k in linecache.cache if k.startswith("<conveyor eager backend")]
+    source = "".join(linecache.cache[compiled[-2]][2])  # the forward's, then the boxed call's
+    assert source == _CALL_SITE.sub(lambda m: "_conveyor_call_{}_{}_{}(".format(*m.groups()), lazy.code)
+    torch.testing.assert_close(lazy(*_inputs(False)), gm.forward(*_inputs(False)))  # the module's own forward
 
 
 def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> None:
     """Note [Transpose pairs]."""
     from conveyor.protocol.backends.fold_views import fold_transpose_pairs
+    from conveyor.protocol.backends.rewriting import rewritten
 
     def program(w: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # the second pair is an output: kept; a chain of three is one t
@@ -69,7 +82,7 @@ def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> N
 
     w, x = torch.randn(4, 4), torch.randn(3, 4)
     gm = make_fx(program)(w, x)
-    folded = fold_transpose_pairs(gm)
+    folded = rewritten(gm, fold_transpose_pairs)
     t = torch.ops.aten.t.default
     assert sum(n.target is t for n in gm.graph.nodes) == 7
     assert sum(n.target is t for n in folded.graph.nodes) == 3
@@ -83,12 +96,13 @@ def test_transpose_pairs_are_read_as_the_tensor_except_outputs_and_writes() -> N
         return w + 1
 
     gm = make_fx(writes)(torch.randn(2, 3))
-    assert fold_transpose_pairs(gm) is gm
+    assert rewritten(gm, fold_transpose_pairs) is gm
 
 
 def test_linear_calls_give_eagers_one_call_and_the_same_bits() -> None:
     """Note [Linear calls]."""
     from conveyor.protocol.backends.fold_views import linear_calls
+    from conveyor.protocol.backends.rewriting import rewritten
 
     def program(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
         shared = w.t()
@@ -102,7 +116,7 @@ def test_linear_calls_give_eagers_one_call_and_the_same_bits() -> None:
 
     x, w, b = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
     gm = make_fx(program)(x, w, b)
-    folded = linear_calls(gm)
+    folded = rewritten(gm, linear_calls)
     targets = [n.target for n in folded.graph.nodes if n.op == "call_function"]
     assert targets.count(torch.ops.aten.linear.default) == 2
     assert targets.count(torch.ops.aten.t.default) == 2

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from conveyor.protocol.backends.movement import collapse_movement, restride
+from conveyor.protocol.backends.rewriting import rewritten
 from torch.fx.experimental.proxy_tensor import make_fx
 
 aten = torch.ops.aten
@@ -17,7 +18,7 @@ aten = torch.ops.aten
 def _check(fn: Callable[..., Any], *inputs: torch.Tensor) -> torch.fx.GraphModule:
     with torch.no_grad():
         gm = make_fx(fn, tracing_mode="fake")(*inputs)
-        new = collapse_movement(gm)
+        new = rewritten(gm, collapse_movement)
         for expected, got in zip(_tuple(gm(*inputs)), _tuple(new(*inputs)), strict=True):
             assert torch.equal(got, expected) and got.stride() == expected.stride() and got.dtype == expected.dtype
     return new
@@ -81,7 +82,7 @@ def test_what_is_left_alone() -> None:
 def test_symbolic_sizes_are_left_alone() -> None:
     with torch.no_grad():
         gm = make_fx(lambda x: x.transpose(0, 1).reshape(-1).view(2, -1) * 2, tracing_mode="symbolic")(torch.randn(4, 6))
-    assert collapse_movement(gm) is gm
+    assert rewritten(gm, collapse_movement) is gm
 
 
 def test_copies_around_a_stack_become_one_stack_along_the_inner_dimension() -> None:
@@ -97,7 +98,7 @@ def test_copies_around_a_stack_become_one_stack_along_the_inner_dimension() -> N
     q, k, v = (torch.randn(2, 8, 4, 4).transpose(1, 2) for _ in range(3))  # as the attention backward lays them out
     with torch.no_grad():
         gm = make_fx(program, tracing_mode="fake")(q, k, v)
-        new = stack_copies(collapse_movement(gm))
+        new = rewritten(gm, collapse_movement, stack_copies)
         expected, got = gm(q, k, v), new(q, k, v)
     assert torch.equal(got, expected) and got.stride() == expected.stride()
     targets = _targets(new)
@@ -118,7 +119,7 @@ def test_a_sum_that_keeps_a_dimension_a_view_drops_is_one_sum() -> None:
     g = torch.randn(4, 6)
     with torch.no_grad():
         gm = make_fx(program, tracing_mode="fake")(g)
-        new = keepdim_views(gm)
+        new = rewritten(gm, keepdim_views)
         for expected, got in zip(gm(g), new(g), strict=True):
             assert torch.equal(got, expected) and got.stride() == expected.stride()
     views = [n for n in new.graph.nodes if n.target is aten.view.default]
@@ -136,7 +137,7 @@ def test_a_collapsed_graph_is_stored_and_loaded() -> None:
 
     x = torch.randn(3, 4, 12)
     with torch.no_grad():
-        gm = collapse_movement(make_fx(program, tracing_mode="fake")(x))
+        gm = rewritten(make_fx(program, tracing_mode="fake")(x), collapse_movement)
         assert restride in _targets(gm)
         run = loads(dumps(_running(gm)))
         assert torch.equal(run([x]), program(x))

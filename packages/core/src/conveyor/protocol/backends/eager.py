@@ -14,6 +14,7 @@ from conveyor.protocol.backends.direct_calls import direct_forward
 from conveyor.protocol.backends.fold_views import fold_transpose_pairs, keepdim_views, linear_calls
 from conveyor.protocol.backends.movement import collapse_movement
 from conveyor.protocol.backends.restack import stack_copies
+from conveyor.protocol.backends.rewriting import Rewrite, rewritten
 from conveyor.protocol.stage import CompiledFn, Request
 from conveyor.protocol.stamps import stamp
 
@@ -25,21 +26,22 @@ class EagerBackend:
     def compile(self, request: Request, options: Mapping[str, Any]) -> CompiledFn:
         # under no_grad a detach that only feeds other nodes is a node eager never runs
         graph = request.graph if request.grad_enabled else drop_inert_detaches(request.graph)
+        # Note [Transpose pairs], Note [Linear calls]
+        rewrites: tuple[Rewrite, ...] = (fold_transpose_pairs, linear_calls)
+        if not request.grad_enabled:  # rewrites whose autograd history would not be the graph's
+            # Note [Kept dimensions], Note [Movement chains], Note [Copies around a stack]
+            rewrites += (keepdim_views, collapse_movement, stack_copies)
         with _use_lazy_graph_module(True):  # Note [Rewritten graphs generate code once]
-            graph = linear_calls(fold_transpose_pairs(graph))  # Note [Transpose pairs], Note [Linear calls]
-            if not request.grad_enabled:  # rewrites whose autograd history would not be the graph's
-                # Note [Kept dimensions], Note [Movement chains], Note [Copies around a stack]
-                graph = stack_copies(collapse_movement(keepdim_views(graph)))
+            graph = rewritten(graph, *rewrites)  # on one copy (Note [One copy for the rewrites])
         stamp(graph)  # the graph it runs (Note [Stamps])
         return _running(graph)
 
 
-# Note [Rewritten graphs generate code once]: each rewrite that matches
-# returns a new graph module, and a ``torch.fx.GraphModule`` generates its
-# Python code when it is made (14 ms on MobileNetV2's forward), so two
-# rewrites that fire generated the code twice before ``direct_forward``
-# generated it once more. The rewrites make torch's lazy graph modules
-# instead, whose code is generated when first asked for: once, for the graph
+# Note [Rewritten graphs generate code once]: a ``torch.fx.GraphModule``
+# generates its Python code when it is made (14 ms on MobileNetV2's
+# forward). The module of the rewritten graph (Note [One copy for the
+# rewrites]) is one of torch's lazy graph modules instead, whose code is
+# generated when first asked for: once, by ``direct_forward``, for the graph
 # that runs.
 
 

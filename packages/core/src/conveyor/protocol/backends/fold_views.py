@@ -26,24 +26,22 @@ sum's only reader and its shape is the sum's without the reduced dimensions.
 
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.fx
-from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor.analysis.schema import writes
+from conveyor.protocol.backends.rewriting import Rewriting
 
 _T = torch.ops.aten.t.default
 _ADDMM = torch.ops.aten.addmm.default
 _MM = torch.ops.aten.mm.default
 
 
-def fold_transpose_pairs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` in which each non-output ``t(t(x))`` is read as ``x``
-    (and a ``t`` left without readers is dropped); ``gm`` itself when there is
-    none (Note [Transpose pairs])."""
-    nodes = gm.graph.nodes
+def fold_transpose_pairs(rewriting: Rewriting) -> None:
+    """Each non-output ``t(t(x))`` is read as ``x`` and a ``t`` left without
+    readers is dropped (Note [Transpose pairs]), in the graph of
+    ``rewriting`` (Note [One copy for the rewrites])."""
+    nodes = rewriting.graph.nodes
     output = next((n for n in reversed(nodes) if n.op == "output"), None)
     returned = set(output.all_input_nodes) if output is not None else set()
     pairs = [
@@ -57,8 +55,8 @@ def fold_transpose_pairs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         and n.args[0].target is _T
     ]
     if not pairs or any(writes(n) for n in nodes if n.op == "call_function"):
-        return gm
-    graph = copy.deepcopy(gm.graph)
+        return
+    graph = rewriting.writable()
     by_name = {n.name: n for n in graph.nodes}
     for name in pairs:
         outer = by_name[name]
@@ -72,18 +70,17 @@ def fold_transpose_pairs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         graph.erase_node(outer)
         if not inner.users:
             graph.erase_node(inner)
-    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
-def linear_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` in which each ``addmm(b, x, t(w))`` (default ``beta``
-    and ``alpha``) and ``mm(x, t(w))`` of matrices whose ``t`` has no other
-    reader is ``linear(x, w, b)`` / ``linear(x, w)``; ``gm`` itself when there
-    is none (Note [Linear calls])."""
-    found = [n.name for n in gm.graph.nodes if _linear_pattern(n)]
+def linear_calls(rewriting: Rewriting) -> None:
+    """Each ``addmm(b, x, t(w))`` (default ``beta`` and ``alpha``) and
+    ``mm(x, t(w))`` of matrices whose ``t`` has no other reader is
+    ``linear(x, w, b)`` / ``linear(x, w)`` (Note [Linear calls]), in the graph
+    of ``rewriting`` (Note [One copy for the rewrites])."""
+    found = [n.name for n in rewriting.graph.nodes if _linear_pattern(n)]
     if not found:
-        return gm
-    graph = copy.deepcopy(gm.graph)
+        return
+    graph = rewriting.writable()
     by_name = {n.name: n for n in graph.nodes}
     for name in found:
         node = by_name[name]
@@ -95,7 +92,6 @@ def linear_calls(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         node.replace_all_uses_with(linear)
         graph.erase_node(node)
         graph.erase_node(transposed)  # type: ignore[arg-type]
-    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
 def _linear_pattern(node: torch.fx.Node) -> bool:
@@ -122,14 +118,14 @@ _SUM = torch.ops.aten.sum.dim_IntList
 _VIEW = torch.ops.aten.view.default
 
 
-def keepdim_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` in which each ``view(sum(x, dims, True), shape)``
-    that drops exactly the kept dimensions is ``sum(x, dims)``; ``gm`` itself
-    when there is none (Note [Kept dimensions])."""
-    found = [n.name for n in gm.graph.nodes if _keepdim_pattern(n)]
+def keepdim_views(rewriting: Rewriting) -> None:
+    """Each ``view(sum(x, dims, True), shape)`` that drops exactly the kept
+    dimensions is ``sum(x, dims)`` (Note [Kept dimensions]), in the graph of
+    ``rewriting`` (Note [One copy for the rewrites])."""
+    found = [n.name for n in rewriting.graph.nodes if _keepdim_pattern(n)]
     if not found:
-        return gm
-    graph = copy.deepcopy(gm.graph)
+        return
+    graph = rewriting.writable()
     by_name = {n.name: n for n in graph.nodes}
     for name in found:
         view = by_name[name]
@@ -141,7 +137,6 @@ def keepdim_views(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         view.replace_all_uses_with(dropped)
         graph.erase_node(view)
         graph.erase_node(total)
-    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
 def _keepdim_pattern(node: torch.fx.Node) -> bool:

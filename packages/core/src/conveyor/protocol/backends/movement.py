@@ -36,14 +36,13 @@ without a copy (the caller may tell outputs apart by their base).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 import torch.fx
-from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor.analysis.schema import writes
+from conveyor.protocol.backends.rewriting import Rewriting
 
 aten = torch.ops.aten
 
@@ -192,12 +191,12 @@ def restride(
     return source
 
 
-def collapse_movement(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` with its movement chains collapsed (Note [Movement
-    chains]); ``gm`` itself when there is none."""
-    nodes = gm.graph.nodes
+def collapse_movement(rewriting: Rewriting) -> None:
+    """The movement chains of the graph of ``rewriting`` collapsed (Note
+    [Movement chains], Note [One copy for the rewrites])."""
+    nodes = rewriting.graph.nodes
     if any(writes(n) for n in nodes if n.op == "call_function"):
-        return gm
+        return
     output = next((n for n in reversed(nodes) if n.op == "output"), None)
     returned = set(output.all_input_nodes) if output is not None else set()
     found: list[tuple[list[str], str, tuple[tuple[int, ...], tuple[int, ...], int, bool]]] = []
@@ -214,8 +213,8 @@ def collapse_movement(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         assert isinstance(source, torch.fx.Node)
         found.append(([n.name for n in chain], source.name, plan))
     if not found:
-        return gm
-    graph = copy.deepcopy(gm.graph)
+        return
+    graph = rewriting.writable()
     by_name = {n.name: n for n in graph.nodes}
     for names, source_name, (shape, strides, relative, copies) in found:
         if source_name not in by_name or any(n not in by_name for n in names):
@@ -234,4 +233,3 @@ def collapse_movement(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             graph.erase_node(dead)
             del by_name[dead.name]
     graph.lint()
-    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]

@@ -19,12 +19,10 @@ Static shapes only; a graph that writes is left as it is.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 import torch.fx
-from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor.analysis.schema import writes
 from conveyor.protocol.backends.movement import (
@@ -36,6 +34,7 @@ from conveyor.protocol.backends.movement import (
     static_layout,
     static_values,
 )
+from conveyor.protocol.backends.rewriting import Rewriting
 
 aten = torch.ops.aten
 _STACKS = (aten.stack.default, aten.cat.default)
@@ -111,12 +110,12 @@ def _restack(chain: list[torch.fx.Node], stack: torch.fx.Node) -> int | None:
     return None
 
 
-def stack_copies(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` with the copies of Note [Copies around a stack]
-    removed; ``gm`` itself when there is none."""
-    nodes = gm.graph.nodes
+def stack_copies(rewriting: Rewriting) -> None:
+    """The copies of Note [Copies around a stack] removed from the graph of
+    ``rewriting`` (Note [One copy for the rewrites])."""
+    nodes = rewriting.graph.nodes
     if any(writes(n) for n in nodes if n.op == "call_function"):
-        return gm
+        return
     output = next((n for n in reversed(nodes) if n.op == "output"), None)
     returned = set(output.all_input_nodes) if output is not None else set()
     parts: list[tuple[str, str]] = []  # (clone, stack)
@@ -143,8 +142,8 @@ def stack_copies(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
                     if new is not None:
                         restacks.append(([n.name for n in chain], node.name, new))
     if not parts and not restacks:
-        return gm
-    graph = copy.deepcopy(gm.graph)
+        return
+    graph = rewriting.writable()
     by_name = {n.name: n for n in graph.nodes}
     for copy_name, stack_name in parts:
         part, stack = by_name[copy_name], by_name[stack_name]
@@ -175,7 +174,6 @@ def stack_copies(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             graph.erase_node(dead)
         graph.erase_node(stack)
     graph.lint()
-    return _make_graph_module(gm, graph)  # Note [Rewritten graphs generate code once]
 
 
 def _stacked_shape(stack: torch.fx.Node, new: int) -> tuple[int, ...]:
