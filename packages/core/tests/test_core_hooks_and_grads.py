@@ -206,3 +206,18 @@ def test_backward_inside_the_program_accumulates_into_the_callers_grads(entry: s
     _quiet(ENTRIES[entry](_gan_step), a, b)
     _gan_step(ra, rb)
     torch.testing.assert_close((a.grad, b.grad), (ra.grad, rb.grad))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_leaf_the_program_makes_requires_grad_and_gets_its_gradient(entry: str) -> None:
+    """Note [Leaves the program makes]: before, ``conveyor.compile`` returned
+    the leaf and the value computed from it not requiring grad (h_sweep4 B3)."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        leaf = torch.ones(2, requires_grad=True)
+        return leaf, leaf * 2 + x.sum()
+
+    leaf, out = _quiet(ENTRIES[entry](f), torch.randn(2, 2))
+    assert leaf.requires_grad and leaf.is_leaf and out.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(leaf.grad, torch.full((2,), 2.0))

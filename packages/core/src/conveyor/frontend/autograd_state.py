@@ -38,6 +38,13 @@ So the trace lets the change happen, as eager does, and afterwards walks
 each output's autograd graph (on fake tensors) for an input's
 ``AccumulateGrad``: an output that requires grad only through such a leaf,
 or is one, makes the program run eagerly with a warning.
+
+Note [Leaves the program makes]: ``torch.ones(2, requires_grad=True)`` in
+a program makes a new leaf of autograd's graph on every call, which the
+caller may get back and read the ``.grad`` of. A graph traced on fakes holds
+the factory as a constant that requires nothing, so its outputs came back
+not requiring grad. Dynamo makes such a leaf outside its graphs, so a
+standalone program doing it compiles through dynamo.
 """
 
 from __future__ import annotations
@@ -94,6 +101,11 @@ class AutogradStateWatcher(TorchFunctionMode):
         if hooked is not None or (call in _DESCRIPTOR_CALLS and getattr(func, "__self__", None) is _GRAD):
             what = hooked or "reads or sets a tensor's .grad"
             raise DynamoSplits(f"it {what} (Note [Hooks and gradients a program reaches])")
+        if kwargs.get("requires_grad") is True:  # Note [Leaves the program makes]
+            raise DynamoSplits(
+                f"it makes a new leaf that requires grad ({getattr(func, '__name__', func)}(..., requires_grad=True); "
+                "Note [Leaves the program makes])"
+            )
         setter = getattr(func, "__self__", None) if call == "__set__" else None
         if name is None and setter is not None:
             name = _REFUSED_SETTERS.get(setter)
