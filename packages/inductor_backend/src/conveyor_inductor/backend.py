@@ -71,6 +71,15 @@ class InductorBackend:
                 "enable the autograd stage (it hands this backend separate forward and backward graphs), "
                 "or run under torch.no_grad()",
             )
+        hop = _higher_order_op(request.graph)
+        if hop is not None:  # Note [Higher-order ops in the inductor backend]
+            warn_eager(
+                f"a {request.label} graph (stage '{STAGE}')",
+                f"it holds the higher-order op {hop}, whose branches Inductor lowers only from its own trace "
+                "(Note [Higher-order ops in the inductor backend])",
+            )
+            stamp(request.graph)
+            return _running_views(request.graph)
         devices = {t.device.type for t in tensors} or {"cpu"}
         if "cpu" in devices:
             require_cxx()
@@ -103,6 +112,21 @@ class InductorBackend:
 # aten call that records its history (as the triton backend runs one). With
 # the autograd stage on, a program with nothing to differentiate arrives
 # with grad off instead (Note [Nothing to differentiate] in that stage).
+# Note [Higher-order ops in the inductor backend]: ``torch.cond``,
+# ``while_loop``, ``map`` and ``scan`` reach this backend as higher-order ops
+# whose branches are subgraphs of conveyor's functional graph. Inductor
+# lowers them from the subgraphs its own compile traced, and fails on
+# conveyor's in several ways (an IndexError or AssertionError in their
+# lowering, "NYI: ... is not a graph module" for a constant, mixed fake
+# modes: h_sweep4 B11), so such a graph runs as it is, each op an aten call
+# (the branches as eager runs them), with a warning.
+def _higher_order_op(gm: torch.fx.GraphModule) -> str | None:
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator):
+            return str(n.target.name())
+    return None
+
+
 def _views_only(gm: torch.fx.GraphModule) -> bool:
     return all(n.target is operator.getitem or is_view(n) for n in gm.graph.nodes if n.op == "call_function")
 
