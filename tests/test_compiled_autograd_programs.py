@@ -28,7 +28,6 @@ import hook_programs  # noqa: E402, F401
 
 MODES = [(f, b) for f in h.FORWARDS for b in h.BACKWARDS if (f, b) != ("eager", "engine")]
 
-B3 = "a custom Function's backward runs its Python side effects at conveyor's trace time, once (h_sweep3 B3)"
 B6 = "a tensor hook on an output of a compiled program whose gradient is undefined (None) is not called (h_sweep3 B6)"
 SAVES = ("the compiled region saves what its partition saves, so pack/unpack run another number of times than in "
          "eager, as under torch.compile(backend='aot_eager'); no hook sees a FakeTensor (h_sweep3 B7, fixed)")
@@ -53,7 +52,6 @@ def _known() -> dict[tuple[str, str, str], tuple[str, str]]:
                 for b in backwards:
                     known[(name, f, b)] = (kind, why)
 
-    add("bug", B3, ("conveyor",), _ANY_BW, "custom_fn_bw_side_effect")
     add("bug", B6, ("conveyor", "dynamo"), _ANY_BW, "grad_nonleaf_unbind_hook")
     add("torch", SAVES, ("conveyor", "dynamo"), _ANY_BW, "saved_tensor_hooks")
     add("refused", REFUSED, ("conveyor", "dynamo"), _ANY_BW, "hessian_vector_create_graph", "double_backward_grad")
@@ -106,9 +104,8 @@ def test_representative_program(name: str, forward: str, backward: str) -> None:
     _check(name, forward, backward)
 
 
-#: one run of each open bug but B8 (a slow one), in the default run (B4, B5, B7 fixed), so that a fix shows at once (remove its KNOWN entries then)
+#: one run of each open bug but B8 (a slow one), in the default run (B3, B4, B5, B7 fixed), so that a fix shows at once (remove its KNOWN entries then)
 BUG_RUNS = (
-    ("custom_fn_bw_side_effect", "conveyor", "engine"),  # B3
     ("grad_nonleaf_unbind_hook", "conveyor", "engine"),  # B6
 )  # B8: hooks_counter_and_modify (slow)
 

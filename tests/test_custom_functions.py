@@ -5,10 +5,13 @@ only the program's own backward gives eager's gradients.
 
 - ``torch.library.custom_op`` with ``register_autograd``/``register_fake``
   compiles as one node everywhere (core Note [Custom ops]).
-- A ``torch.autograd.Function`` compiles as one ``conveyor::apply_function``
-  node on both entry points (core Note [Custom autograd functions]); behind
-  dynamo, from the forward and backward bodies dynamo traced (core Note
-  [Functions behind dynamo]), also with dynamic shapes.
+- A ``torch.autograd.Function`` compiles as one node on both entry points
+  (core Note [Custom autograd functions]): ``conveyor::apply_function_recorded``
+  under ``conveyor.compile``, whose backward runs at run time (core Note [A
+  Function's backward at run time]; ``test_function_backward_at_run_time``);
+  behind dynamo ``conveyor::apply_function``, from the forward and backward
+  bodies dynamo traced (core Note [Functions behind dynamo]), also with
+  dynamic shapes.
 """
 
 from __future__ import annotations

@@ -49,10 +49,34 @@ def _tangent_dependent(joint: JointGraph) -> set[torch.fx.Node]:
     return out
 
 
+#: the op that runs a custom Function's backward on the application its forward kept
+_FUNCTION_BACKWARD = "conveyor::function_backward"
+
+
+def _kept_by_records(joint: JointGraph) -> set[torch.fx.Node]:
+    """Note [Keeping a record's tensors]: a custom Function applied in the
+    program runs once per call with its own ``ctx``, kept for its backward
+    at run time (Note [A Function's backward at run time] in the core's
+    ``conveyor.frontend.function_records``); that ``ctx`` may hold its
+    inputs and outputs, memory a fusing backend would otherwise reuse once
+    the forward no longer reads it. So the values ``conveyor::function_backward``
+    reads (through views: their bases) are saved, never recomputed."""
+    kept: set[torch.fx.Node] = set()
+    for node in joint.gm.graph.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target.name() == _FUNCTION_BACKWARD:
+            for arg in node.all_input_nodes:
+                while arg.op == "call_function" and is_view(arg) and arg.all_input_nodes:
+                    arg = arg.all_input_nodes[0]
+                kept.add(arg)
+    return kept
+
+
 def min_cut(joint: JointGraph) -> list[torch.fx.Node]:
     """The cheapest set of values to save (see the module docstring)."""
     relevant = ancestors([*(o for o in joint.outputs if isinstance(o, torch.fx.Node)), *joint.grads])
     backward_only = _tangent_dependent(joint)
+    kept = _kept_by_records(joint)
     grads = set(joint.grads)
     net = nx.DiGraph()
     for node in joint.gm.graph.nodes:
@@ -63,7 +87,7 @@ def min_cut(joint: JointGraph) -> list[torch.fx.Node]:
             continue
         if node.op == "get_attr":  # a constant: free to take on either side, never saved
             pass
-        elif node.op == "placeholder" or not is_recomputable(node):
+        elif node.op == "placeholder" or not is_recomputable(node) or node in kept:
             net.add_edge(SOURCE, (node, "in"), capacity=math.inf)
         net.add_edge((node, "in"), (node, "out"), capacity=_cost(node))
         for user in node.users:

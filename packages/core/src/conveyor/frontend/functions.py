@@ -9,21 +9,23 @@ that require grad as one node, ``conveyor::apply_function``, a custom op:
 
 - its kernel (and its fake kernel) runs the Function's forward, as
   ``apply`` under ``no_grad`` does: the values;
-- its autograd formula runs the Function's own backward, with the forward
-  recomputed (as under activation checkpointing);
+- its autograd formula runs the Function's backward;
 - outputs the Function marks non-differentiable are marked so by the op's
   autograd too: they do not require grad, as in eager.
 
 Every stage before the autograd stage keeps the node as it is (it is a
-functional op); the autograd stage's joint trace records the forward as the
-node and the backward as the Function's backward, traced; backends call the
-node's kernel. An application is one of two kinds, both behind the one op:
+functional op); the autograd stage's joint trace records the node's forward
+and its autograd formula's backward; backends call the nodes' kernels. An
+application is one of two kinds:
 
-- ``Applied``, a Function applied in the program (``conveyor.compile``): the
-  autograd formula applies the Function again to the saved inputs with grad
-  enabled and differentiates that application, so ``ctx`` is the Function's
-  own;
-- ``AppliedBodies``, a Function dynamo traced (Note [Functions behind dynamo]).
+- ``Applied``, a Function applied in the program (``conveyor.compile``),
+  recorded as ``conveyor::apply_function_recorded``, whose kernel applies
+  the Function with its own ``ctx`` once per call and whose backward is a
+  second opaque op that runs the Function's ``backward`` on that ``ctx`` at
+  run time, once per backward (Note [A Function's backward at run time] in
+  ``conveyor.frontend.function_records``);
+- ``AppliedBodies``, a Function dynamo traced (Note [Functions behind
+  dynamo]), recorded as ``conveyor::apply_function``.
 
 Before recording, the forward is run once on stand-ins: one that writes its
 inputs, returns one of them (or a view of one), or returns something other
@@ -31,7 +33,8 @@ than tensors keeps the warned eager fallback, as does one its forward cannot
 run on fake tensors. Tensors are the op's ``tensors`` argument and symbolic
 ints (sizes under dynamic shapes) its ``ints``; other arguments are constants
 of the application. A program with such a node is not stored in the disk
-cache: the node names its application by an in-process index.
+cache: the node names its application by an in-process index
+(``is_apply_function`` names the three ops).
 
 Note [Functions behind dynamo]: dynamo traces a Function's ``forward`` and
 ``backward`` into two graphs and applies them with the higher-order op
@@ -57,103 +60,19 @@ import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 
-#: the op's qualified name, as graphs show it
+from conveyor.frontend import function_records
+from conveyor.frontend.function_arguments import Arguments, Grads
+from conveyor.frontend.function_records import Applied
+
+#: the op of an ``AppliedBodies``, as graphs show it
 OP_NAME = "conveyor::apply_function"
-
-Grads = list[torch.Tensor | None]
-
-
-@dataclass(frozen=True)
-class Arguments:
-    """The arguments of one application with its tensors (at
-    ``tensor_positions``) and symbolic ints (at ``int_positions``) left out
-    (``None``): what the node passes at run time and what it holds."""
-
-    template: tuple[Any, ...]
-    tensor_positions: tuple[int, ...]
-    int_positions: tuple[int, ...]
-
-    @staticmethod
-    def of(args: Sequence[Any]) -> Arguments:
-        tensors = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
-        ints = tuple(i for i, a in enumerate(args) if isinstance(a, torch.SymInt))
-        template = tuple(None if i in tensors or i in ints else a for i, a in enumerate(args))
-        return Arguments(template, tensors, ints)
-
-    def tensors(self, args: Sequence[Any]) -> list[torch.Tensor]:
-        return [args[i] for i in self.tensor_positions]
-
-    def ints(self, args: Sequence[Any]) -> list[Any]:
-        return [args[i] for i in self.int_positions]
-
-    def fill(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[Any]:
-        args = list(self.template)
-        for pos, t in zip(self.tensor_positions, tensors, strict=True):
-            args[pos] = t
-        for pos, n in zip(self.int_positions, ints, strict=True):
-            args[pos] = n
-        return args
-
-
-class Application(Protocol):
-    """What one ``conveyor::apply_function`` node runs (Note [Custom autograd functions])."""
-
-    @property
-    def arguments(self) -> Arguments:
-        """Its arguments, tensors and symbolic ints left out."""
-
-    @property
-    def single(self) -> bool:
-        """It returned one tensor, not a tuple."""
-
-    @property
-    def non_differentiable(self) -> tuple[int, ...]:
-        """Output positions marked non-differentiable."""
-
-    def forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
-        """The outputs, computed without grad."""
-
-    def gradients(
-        self, tensors: Sequence[torch.Tensor], ints: Sequence[Any], requires: Sequence[bool], grads: Grads
-    ) -> Grads:
-        """The gradient of each tensor argument (``None`` where ``requires`` is false)."""
-
-
-@dataclass(frozen=True)
-class Applied:
-    """One application site of a Function class in the program."""
-
-    cls: type
-    arguments: Arguments
-    single: bool
-    non_differentiable: tuple[int, ...]
-
-    def call(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
-        out = _original_apply(self.cls, *self.arguments.fill(tensors, ints))
-        return [out] if self.single else list(out)
-
-    def forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
-        with torch.no_grad():
-            return self.call(tensors, ints)
-
-    def gradients(
-        self, tensors: Sequence[torch.Tensor], ints: Sequence[Any], requires: Sequence[bool], grads: Grads
-    ) -> Grads:
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_(rg) for t, rg in zip(tensors, requires, strict=True)]
-            outs = self.call(leaves, ints)
-            pairs = [(o, g) for o, g in zip(outs, grads, strict=True) if g is not None and o.requires_grad]
-            wrt = [t for t in leaves if t.requires_grad]
-            found = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs else ()
-        it = iter(found)
-        return [next(it, None) if rg else None for rg in requires]
 
 
 @dataclass(frozen=True)
@@ -190,14 +109,8 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-_APPLIED: dict[int, Application] = {}
+_APPLIED: dict[int, AppliedBodies] = {}
 _keys = itertools.count()
-
-
-def _original_apply(cls: type, *args: Any) -> Any:
-    from conveyor.frontend.fallback import original_apply  # the unwrapped Function.apply
-
-    return original_apply(cls, *args)
 
 
 @functools.cache
@@ -231,7 +144,11 @@ def _op() -> Any:
 
 
 def is_apply_function(target: Any) -> bool:
-    """Whether an FX node's target is the op of captured Functions."""
+    """Whether an FX node's target is one of the ops of captured Functions
+    (``conveyor::apply_function``, or an ``Applied``'s two: Note [A
+    Function's backward at run time] in ``conveyor.frontend.function_records``)."""
+    if function_records.is_function_op(target):
+        return True
     return isinstance(target, torch._ops.OpOverload) and target.name() == OP_NAME
 
 
@@ -247,7 +164,7 @@ def probe(cls: type, args: tuple[Any, ...]) -> Applied | str:
 
     def run(stand_ins: list[Any]) -> Any:
         with torch.enable_grad():
-            return _original_apply(cls, *stand_ins)
+            return function_records._original_apply(cls, *stand_ins)
 
     found = _run_on_stand_ins(run, args, arguments)
     if isinstance(found, str):
@@ -255,7 +172,8 @@ def probe(cls: type, args: tuple[Any, ...]) -> Applied | str:
     out, outs = found
     # floating outputs that do not require grad although their inputs do: marked non-differentiable
     marked = tuple(i for i, o in enumerate(outs) if (o.is_floating_point() or o.is_complex()) and not o.requires_grad)
-    return Applied(cls, arguments, isinstance(out, torch.Tensor), marked)
+    requires = tuple(t.requires_grad for t in arguments.tensors(args))
+    return Applied(cls, arguments, isinstance(out, torch.Tensor), marked, requires)
 
 
 def probe_bodies(fwd: torch.fx.GraphModule, bwd: torch.fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AppliedBodies | str:
@@ -305,12 +223,19 @@ def _run_on_stand_ins(
     return out, outs
 
 
-def apply_as_node(applied: Application, args: Sequence[Any]) -> Any:
-    """Apply a probed application to ``args`` as one ``conveyor::apply_function`` node."""
+def apply_as_node(applied: Applied | AppliedBodies, args: Sequence[Any]) -> Any:
+    """Apply a probed application to ``args`` as one node: a
+    ``conveyor::apply_function`` (dynamo's bodies) or a
+    ``conveyor::apply_function_recorded`` (Note [A Function's backward at
+    run time] in ``conveyor.frontend.function_records``)."""
     key = next(_keys)
-    _APPLIED[key] = applied
-    # the op's own autograd is a custom op's (Note [Custom ops] in conveyor.frontend.fallback)
-    outs = _op()(key, applied.arguments.tensors(args), applied.arguments.ints(args))
+    # the ops' own autograd is a custom op's (Note [Custom ops] in conveyor.frontend.fallback)
+    tensors, ints = applied.arguments.tensors(args), applied.arguments.ints(args)
+    if isinstance(applied, Applied):
+        outs = function_records.apply_recorded(applied, key, tensors, ints)
+    else:
+        _APPLIED[key] = applied
+        outs = _op()(key, tensors, ints)
     return outs[0] if applied.single else tuple(outs)
 
 
