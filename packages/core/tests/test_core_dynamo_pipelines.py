@@ -4,7 +4,7 @@ nothing to swap] (``conveyor.frontend.closure``)."""
 import sys
 
 import conveyor
-import conveyor.dynamo as dynamo
+import conveyor.runtime.dynamo_pipelines as dynamo_pipelines
 import pytest
 import torch
 from conveyor.frontend.closure import _no_real_tensor
@@ -21,14 +21,14 @@ def fresh_dynamo():
 def _built(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """The pipelines the dynamo backend builds from now on."""
     built: list[object] = []
-    real = dynamo.Pipeline
+    real = dynamo_pipelines.Pipeline
 
     def counting(config):  # type: ignore[no-untyped-def]
         built.append(config)
         return real(config)
 
-    monkeypatch.setattr(dynamo, "Pipeline", counting)
-    monkeypatch.setattr(dynamo, "_pipelines", [])
+    monkeypatch.setattr(dynamo_pipelines, "Pipeline", counting)
+    monkeypatch.setattr(dynamo_pipelines, "_pipelines", [])
     return built
 
 
@@ -69,7 +69,7 @@ def test_a_configuration_that_fails_keeps_nothing(monkeypatch: pytest.MonkeyPatc
         bad = torch.compile(lambda x: x + 1, backend="conveyor", options={"backend": "no_such_backend"})
         with pytest.raises(Exception, match="no_such_backend"):
             bad(torch.ones(2))
-    assert len(built) == 2 and dynamo._pipelines == []
+    assert len(built) == 2 and dynamo_pipelines._pipelines == []
 
 
 def test_calls_with_nothing_to_swap_are_told_apart() -> None:

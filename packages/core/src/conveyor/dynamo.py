@@ -6,20 +6,16 @@ dynamo's fake mode and shape environment (so guards our tracing adds reach
 dynamo's guard set). Dynamo guards sizes and strides itself; at run time we
 check only what dynamo does not: grad mode, which inputs share storage, and
 what stages specialize on. A different answer compiles again, with static
-shapes, for that pattern.
-
-Note [Scalars read with item()]: under ``dynamic=True`` dynamo passes Python
-floats (``LayerNorm``'s ``eps``) as 0-d tensor inputs that the graph reads
-with ``.item()``, which a fake trace cannot follow. We specialize on their
-values: the ``item`` node becomes a constant, and the value is part of the
-run-time key, so another value compiles again.
+shapes, for that pattern. Scalars the graph reads with ``.item()`` are
+specialized on (Note [Scalars read with item()] in
+:mod:`conveyor.runtime.dynamo_items`); the pipeline of each configuration is
+built once (Note [One pipeline per configuration behind dynamo] in
+:mod:`conveyor.runtime.dynamo_pipelines`).
 """
 
 from __future__ import annotations
 
-import copy
 import operator
-import sys
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -38,11 +34,13 @@ from conveyor.frontend.capture import trace_user
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.fallback import watching_capture
 from conveyor.protocol import structured_trace, timings
-from conveyor.protocol.config import Config, resolve
+from conveyor.protocol.config import resolve
 from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.stage import CompiledFn
 from conveyor.runtime import cache, dynamo_graphs, recompiles
+from conveyor.runtime.dynamo_items import item_values, read_with_item, with_constant_items
+from conveyor.runtime.dynamo_pipelines import pipeline_of
 from conveyor.runtime.entries import EntryCache
 from conveyor.runtime.stored_graphs import Graphs
 from conveyor.runtime.subclass_joint import compile_program
@@ -84,7 +82,7 @@ class DynamoCompiled:
         self.piece = dynamo_graphs.new_piece()  # Note [Graphs of a torch.compile'd object]
         # Note [Functions behind dynamo] in conveyor.frontend.functions: what capture traces
         self._traced = functions.with_functions_as_nodes(gm)
-        self._items = _read_with_item(gm, example_inputs)
+        self._items = read_with_item(gm, example_inputs)  # Note [Scalars read with item()]
         self._keyed = tuple(s.cache_key for s in pipeline.stages if s.cache_key is not None)
         # dynamo's tensor guards hold requires_grad: these positions require grad on every call
         self._grad_positions = tuple(
@@ -130,7 +128,7 @@ class DynamoCompiled:
             self._lowered_key = None
 
     def _item_values(self, flat: Sequence[Any]) -> dict[int, Any]:
-        return {i: flat[i].item() for i in self._items}
+        return item_values(flat, self._items)
 
     def _key(self, signature: CallSignature, shapes: bool) -> recompiles.DynamoKey:
         """The call's key: with ``shapes``, the whole core key; without, what
@@ -159,7 +157,7 @@ class DynamoCompiled:
 
     def _compile(self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]) -> DynamoEntry:
         """The compiled graph (``compiled`` ``None`` where it must run eagerly, warned)."""
-        gm = _with_constant_items(self._traced, items)
+        gm = with_constant_items(self._traced, items)
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
             # Note [Autograd state changed by the program]: dynamo puts ``detach_``,
@@ -321,43 +319,6 @@ def _changes(
     return found
 
 
-def _read_with_item(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[int, ...]:
-    """Positions of 0-d tensor inputs the graph reads with ``.item()``
-    (Note [Scalars read with item()])."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return tuple(
-        i
-        for i, (node, x) in enumerate(zip(placeholders, example_inputs, strict=False))
-        if isinstance(x, torch.Tensor)
-        and x.dim() == 0
-        and any(u.op == "call_method" and u.target == "item" for u in node.users)
-    )
-
-
-def _with_constant_items(gm: torch.fx.GraphModule, items: dict[int, Any]) -> torch.fx.GraphModule:
-    """A copy of ``gm``'s graph in which ``.item()`` of the inputs at
-    ``items`` is the given constant, over ``gm``'s own attributes: the
-    parameters and buffers dynamo's graph holds are the caller's tensors,
-    which the program writes (an optimizer step whose learning rate dynamo
-    made a tensor input; a deep copy made the step update copies)."""
-    if not items:
-        return gm
-    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for i, value in items.items():
-        for item in [u for u in placeholders[i].users if u.op == "call_method" and u.target == "item"]:
-
-            def constant(n: torch.fx.Node, item: torch.fx.Node = item, value: Any = value) -> Any:
-                return value if n is item else n
-
-            for user in list(item.users):
-                user.args = torch.fx.node.map_arg(user.args, constant)
-                user.kwargs = torch.fx.node.map_arg(user.kwargs, constant)
-            gm.graph.erase_node(item)
-    gm.recompile()
-    return gm
-
-
 def _symbolic(example_inputs: Sequence[Any]) -> bool:
     """Some size or int input is symbolic."""
     return any(
@@ -380,38 +341,10 @@ def _fakeify(x: Any, fake_mode: Any, static: bool = False) -> Any:
 def conveyor_backend(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict[str, Any] | None = None
 ) -> DynamoCompiled:
-    """The dynamo backend function (``torch._dynamo.list_backends()`` lists it)."""
-    return backend(_pipeline(resolve(options or {})))(gm, example_inputs)
-
-
-#: Note [One pipeline per configuration behind dynamo]: dynamo calls the
-#: backend once per graph it makes, and building a pipeline reads the
-#: entry-point group and loads every plugin (about 5 ms: a third of a small
-#: graph's compile, paid again at every graph break). So the pipelines built
-#: here are kept, by the resolved configuration (which holds the environment
-#: and ``pyproject.toml`` layers, read again on every call) and ``sys.path``
-#: (which decides the entry points found): a changed setting, or a plugin
-#: put on the path, builds anew. A pipeline is stateless between compiles
-#: (``conveyor.compile`` keeps one for all its calls too); the most recent
-#: few are kept.
-_pipelines: list[tuple[tuple[Any, ...], Pipeline]] = []
-_KEPT_PIPELINES = 8
-
-
-def _pipeline(config: Config) -> Pipeline:
-    """The pipeline of ``config`` (Note [One pipeline per configuration behind dynamo])."""
-    key = (config, tuple(sys.path))
-    for kept, pipeline in _pipelines:
-        try:
-            same = bool(kept == key)
-        except Exception:  # a stage option whose == does not answer a bool (an array)
-            same = False
-        if same:
-            return pipeline
-    pipeline = Pipeline(config)  # fails loudly, and then keeps nothing
-    _pipelines.append((key, pipeline))
-    del _pipelines[:-_KEPT_PIPELINES]
-    return pipeline
+    """The dynamo backend function (``torch._dynamo.list_backends()`` lists it);
+    one pipeline per configuration (Note [One pipeline per configuration
+    behind dynamo])."""
+    return backend(pipeline_of(resolve(options or {})))(gm, example_inputs)
 
 
 def backend(pipeline: Pipeline) -> Callable[[torch.fx.GraphModule, Sequence[Any]], DynamoCompiled]:
