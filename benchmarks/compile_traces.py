@@ -9,8 +9,8 @@ Counting wraps torch's ``_MakefxTracer.trace`` (every ``make_fx`` run),
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/compile_traces.py``;
 ``--profile NAME`` prints a cProfile (cumulative) of that program's compile;
 ``--ratios`` prints the backend compile time behind dynamo (dynamo's own
-tracing excluded; the thread's CPU time), conveyor / aot_eager, each the minimum over interleaved
-rounds (the stable figure on a shared machine), for the programs of
+tracing excluded; the thread's CPU time, the collector off), conveyor / aot_eager, the minimum (the
+stable figure on a shared machine) and the median over interleaved rounds, for the programs of
 ``zoo()`` (fn3, the 12-block model, MobileNetV2, RegNet, ConvNeXt, Phi3 and
 the other Hugging Face models; ``--models``/``--modes`` pick some).
 """
@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import gc
 import os
 import pstats
+import statistics
 import sys
 import time
 from collections import Counter
@@ -187,28 +189,39 @@ def _timed(name: str) -> Callable[..., Any]:
 
 
 def ratios(rounds: int, only: list[str] | None, modes: list[str]) -> None:
-    """Backend compile ms behind dynamo, aot_eager and conveyor, min over rounds."""
+    """Backend compile ms behind dynamo, aot_eager and conveyor: the minimum
+    and the median over interleaved rounds (the backends' order alternating),
+    each compile after a ``gc.collect()`` and with the collector off while it
+    runs (a collection the other backend's garbage set off is not counted)."""
     for name in ("aot_eager", "conveyor"):
         register_backend(name=f"timed_{name}")(_timed(name))
     models = [m for m in zoo() if only is None or m[0] in only]
-    print(f"{'model':22} {'aot_eager ms':>12} {'conveyor ms':>12} {'ratio':>6}")
+    print(f"{'model':22} {'aot_eager ms':>12} {'conveyor ms':>12} {'ratio':>6} {'median':>6}")
     for model_name, build, inputs in models:
         for mode in modes:
-            best = {"aot_eager": float("inf"), "conveyor": float("inf")}
-            for _ in range(rounds):
-                for backend in best:
+            times: dict[str, list[float]] = {"aot_eager": [], "conveyor": []}
+            for r in range(rounds + 1):  # the first round warms torch's own caches: not counted
+                for backend in sorted(times, reverse=bool(r % 2)):
                     torch._dynamo.reset()
                     _backend_seconds.clear()
                     torch.manual_seed(0)
                     fn = torch.compile(build(), backend=f"timed_{backend}")
-                    if mode == "forward":
-                        with torch.no_grad():
-                            fn(**inputs())
-                    else:
-                        fn(**inputs()).logits.sum().backward()
-                    best[backend] = min(best[backend], _backend_seconds.get(backend, 0.0) * 1e3)
-            a, c = best["aot_eager"], best["conveyor"]
-            print(f"{model_name + ' ' + mode:22} {a:12.0f} {c:12.0f} {c / a:6.2f}", flush=True)
+                    x = inputs()
+                    gc.collect()
+                    gc.disable()
+                    try:
+                        if mode == "forward":
+                            with torch.no_grad():
+                                fn(**x)
+                        else:
+                            fn(**x).logits.sum().backward()
+                    finally:
+                        gc.enable()
+                    if r:
+                        times[backend].append(_backend_seconds.get(backend, 0.0) * 1e3)
+            a, c = times["aot_eager"], times["conveyor"]
+            median = statistics.median(c) / statistics.median(a)
+            print(f"{model_name + ' ' + mode:22} {min(a):12.0f} {min(c):12.0f} {min(c) / min(a):6.2f} {median:6.2f}", flush=True)
 
 
 def main() -> None:
