@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from conveyor import CompiledFn, Request, StageError, stamp
 from conveyor.stage_api import call_graph, is_view, reducible, warn_eager, writes
+from torch.utils._pytree import tree_leaves
 
 from conveyor_inductor import fx_cache, lowering, program
 from conveyor_inductor.offsets import misplaced_input
@@ -119,12 +120,23 @@ class InductorBackend:
 # conveyor's in several ways (an IndexError or AssertionError in their
 # lowering, "NYI: ... is not a graph module" for a constant, mixed fake
 # modes: h_sweep4 B11), so such a graph runs as it is, each op an aten call
-# (the branches as eager runs them), with a warning.
+# (the branches as eager runs them), with a warning. A higher-order op that
+# takes no subgraph (``auto_functionalized``, a mutating custom op's functional
+# form) is lowered by Inductor from conveyor's graph as from its own, and
+# compiles.
 def _higher_order_op(gm: torch.fx.GraphModule) -> str | None:
     for n in gm.graph.nodes:
-        if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator):
+        if n.op == "call_function" and isinstance(n.target, torch._ops.HigherOrderOperator) and _takes_subgraph(gm, n):
             return str(n.target.name())
     return None
+
+
+def _takes_subgraph(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    for arg in tree_leaves((node.args, node.kwargs)):
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+            if isinstance(operator.attrgetter(str(arg.target))(gm), torch.nn.Module):
+                return True
+    return False
 
 
 def _views_only(gm: torch.fx.GraphModule) -> bool:
