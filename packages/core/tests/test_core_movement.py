@@ -141,3 +141,18 @@ def test_a_collapsed_graph_is_stored_and_loaded() -> None:
         assert restride in _targets(gm)
         run = loads(dumps(_running(gm)))
         assert torch.equal(run([x]), program(x))
+
+
+def test_a_chain_that_changes_the_element_count_is_no_restack() -> None:
+    """A slice then an expand between a stack and its copy (transformers'
+    Mamba under a compile) made the restack check view 48 positions as the
+    24-element stack and raise; such a chain is no view of the stack."""
+    from conveyor.protocol.backends.restack import _restack
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def g(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return torch.stack([a, b, c])[1:].unsqueeze(0).expand(3, 2, 4, 2).clone()
+
+    gm = make_fx(g, tracing_mode="fake")(*(torch.randn(4, 2) for _ in range(3)))
+    stack, *chain = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert _restack(chain, stack) is None

@@ -102,6 +102,8 @@ def _restack(chain: list[torch.fx.Node], stack: torch.fx.Node) -> int | None:
     except RuntimeError:
         return None
     flat = positions.reshape(-1)
+    if flat.numel() != torch.Size(layout[0]).numel():
+        return None  # the chain repeats or drops elements (an expand): no view of the stack
     stacked = torch.arange(flat.numel()).view(layout[0])
     dim %= len(layout[0])
     for new in range(len(layout[0])):
