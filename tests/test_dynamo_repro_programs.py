@@ -22,16 +22,15 @@ import dynamo_repro_programs as dp  # noqa: E402
 
 dp.load()
 
-B3 = "conveyor.compile: a leaf made inside the program with requires_grad=True comes back without it (B3)"
 B4 = "torch.roll's fake kernel gives a channels_last input contiguous strides: as_strided's gradient is wrong (B4)"
-B9 = "conveyor.compile: __torch_function__ subclasses (as_subclass inside: FakeTensor error; input: type lost) (B9)"
+B5 = "c10c78b: the gradient through torch.cond / map / while_loop is all zeros, on both entries, silently (B5)"
+B9 = "conveyor.compile: x.as_subclass(a __torch_function__ subclass) inside the program meets a FakeTensor (B9)"
 M1 = "eager's backward raises: state saved for it is mutated in place later; the compiled program's runs (M1)"
 M2 = "a BatchNorm flipped train/eval between calls: version-counter error in the backward, as aot_eager (M2)"
 M3 = "conveyor.compile runs an out= whose output overlaps an input, which eager refuses (M3)"
 
 #: (name, entry, grad) -> reason; entry or grad "*" matches either
 XFAIL: dict[tuple[str, str, str], str] = {
-    ("intermediate_leaf_requires_grad", "conveyor", "*"): B3,
     ("roll_as_strided_channels_last", "*", "grad"): B4,
     ("buffer_saved_then_mutated", "*", "*"): M1,
     ("module_param_inplace_no_grad", "*", "grad"): M1,
@@ -39,7 +38,56 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("module_flips_training_mode", "dynamo", "*"): M2,
     ("add_sub_alpha_out", "conveyor", "nograd"): M3,
     ("subclass_torch_function_as_subclass", "conveyor", "*"): B9,
-    ("subclass_torch_function_input", "conveyor", "*"): B9,
+    ("hop_cond_branches_are_modules", "conveyor", "grad"): B5,
+    ("hop_cond_branches_are_modules", "conveyor", "nograd"): B5,
+    ("hop_cond_branches_are_modules", "dynamo", "grad"): B5,
+    ("hop_cond_branches_are_modules", "dynamo", "nograd"): B5,
+    ("hop_cond_closes_over_module", "conveyor", "grad"): B5,
+    ("hop_cond_closes_over_module", "conveyor", "nograd"): B5,
+    ("hop_cond_closes_over_module", "dynamo", "grad"): B5,
+    ("hop_cond_closes_over_module", "dynamo", "nograd"): B5,
+    ("hop_cond_closure_over_tensor", "conveyor", "grad"): B5,
+    ("hop_cond_closure_over_tensor", "dynamo", "grad"): B5,
+    ("hop_cond_in_loop", "conveyor", "grad"): B5,
+    ("hop_cond_in_loop", "dynamo", "grad"): B5,
+    ("hop_cond_multiple_outputs", "conveyor", "grad"): B5,
+    ("hop_cond_multiple_outputs", "dynamo", "grad"): B5,
+    ("hop_cond_nested", "conveyor", "grad"): B5,
+    ("hop_cond_nested", "dynamo", "grad"): B5,
+    ("hop_cond_on_mutated_input", "conveyor", "grad"): B5,
+    ("hop_cond_on_mutated_input", "dynamo", "grad"): B5,
+    ("hop_cond_output_is_view_computation", "conveyor", "grad"): B5,
+    ("hop_cond_output_is_view_computation", "dynamo", "grad"): B5,
+    ("hop_cond_simple", "conveyor", "grad"): B5,
+    ("hop_cond_simple", "dynamo", "grad"): B5,
+    ("hop_cond_then_checkpoint", "conveyor", "grad"): B5,
+    ("hop_cond_then_checkpoint", "dynamo", "grad"): B5,
+    ("hop_cond_two_operands", "conveyor", "grad"): B5,
+    ("hop_cond_two_operands", "dynamo", "grad"): B5,
+    ("hop_cond_with_grad_outside", "conveyor", "grad"): B5,
+    ("hop_cond_with_grad_outside", "dynamo", "grad"): B5,
+    ("hop_map_cond_inside", "conveyor", "grad"): B5,
+    ("hop_map_cond_inside", "dynamo", "grad"): B5,
+    ("hop_map_multiple_outputs", "conveyor", "grad"): B5,
+    ("hop_map_multiple_outputs", "dynamo", "grad"): B5,
+    ("hop_map_nested", "conveyor", "grad"): B5,
+    ("hop_map_nested", "dynamo", "grad"): B5,
+    ("hop_map_simple", "conveyor", "grad"): B5,
+    ("hop_map_simple", "dynamo", "grad"): B5,
+    ("hop_map_with_args", "conveyor", "grad"): B5,
+    ("hop_map_with_args", "dynamo", "grad"): B5,
+    ("hop_while_loop_closure", "conveyor", "grad"): B5,
+    ("hop_while_loop_closure", "dynamo", "grad"): B5,
+    ("hop_while_loop_data_dependent_stop", "conveyor", "grad"): B5,
+    ("hop_while_loop_data_dependent_stop", "dynamo", "grad"): B5,
+    ("hop_while_loop_module", "conveyor", "grad"): B5,
+    ("hop_while_loop_module", "conveyor", "nograd"): B5,
+    ("hop_while_loop_module", "dynamo", "grad"): B5,
+    ("hop_while_loop_module", "dynamo", "nograd"): B5,
+    ("hop_while_loop_simple", "conveyor", "grad"): B5,
+    ("hop_while_loop_simple", "dynamo", "grad"): B5,
+    ("hop_while_loop_two_carries", "conveyor", "grad"): B5,
+    ("hop_while_loop_two_carries", "dynamo", "grad"): B5,
 }
 #: torch-dependent cases (xfail, not strict)
 NOT_STRICT: set[str] = set()
@@ -131,7 +179,7 @@ def test_every_program(name: str, grad: bool, entry: str, request: pytest.Fixtur
 
 
 B10 = "inductor backend: torch.rand in the program fails Inductor's lowering (replace_random.py not run) (B10)"
-B11 = "inductor backend: torch.cond / map with grad (or map at all) fails the compile: BackendCompilerFailed (B11)"
+B11 = "inductor backend: torch.cond / map with grad fails the compile: autograd stage KeyError 'val' (B11)"
 
 #: (name, entry, grad) -> reason, for the inductor subset (the eager backend's XFAIL does not apply)
 INDUCTOR_XFAIL: dict[tuple[str, str, str], str] = {
@@ -147,15 +195,9 @@ INDUCTOR_XFAIL: dict[tuple[str, str, str], str] = {
     ("hop_cond_two_operands", "conveyor", "grad"): B11,
     ("hop_cond_two_operands", "dynamo", "grad"): B11,
     ("hop_map_multiple_outputs", "conveyor", "grad"): B11,
-    ("hop_map_multiple_outputs", "conveyor", "nograd"): B11,
     ("hop_map_multiple_outputs", "dynamo", "grad"): B11,
-    ("hop_map_multiple_outputs", "dynamo", "nograd"): B11,
     ("hop_map_with_args", "conveyor", "grad"): B11,
-    ("hop_map_with_args", "conveyor", "nograd"): B11,
     ("hop_map_with_args", "dynamo", "grad"): B11,
-    ("hop_map_with_args", "dynamo", "nograd"): B11,
-    ("intermediate_leaf_requires_grad", "conveyor", "grad"): B3,
-    ("intermediate_leaf_requires_grad", "conveyor", "nograd"): B3,
     ("module_param_inplace_no_grad", "conveyor", "grad"): M1,
     ("module_param_inplace_no_grad", "dynamo", "grad"): M1,
     ("rng_generator_state_twice", "conveyor", "grad"): B10,
