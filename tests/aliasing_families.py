@@ -163,11 +163,12 @@ DTVIEW: dict[str, Op] = {
 #: family -> requires_grad -> {op: bug}
 KNOWN: dict[str, dict[bool, dict[str, str]]] = {
     "setdata": {
-        # (B14, a no-grad set_() of an input overlapping another, and B15, a .data write of a saved tensor,
-        # are fixed: warned eager runs)
+        # (B14, a no-grad set_() of an input overlapping another, B15, a .data write of a saved tensor, and
+        # B18, x.data = ... twice behind dynamo on torch 2.13, are fixed: warned eager runs)
         False: {},
-        # B18: behind dynamo, no-grad set_ (x.data =) of a strided view
-        True: {"data_assign": "B18"},
+        # open: random programs with x.data = ... under grad behind dynamo on torch 2.14.1 still differ from
+        # eager (an input's strides, an overlapping write eager refuses, an output's values)
+        True: {"data_assign": "data_assign behind dynamo on 2.14.1"},
     },
     # (B11, a write through a slice or select of a complex tensor requiring grad, is fixed: the scatter is
     # spelled on the real views; B12, a write through a dtype view of a tensor requiring grad: warned eager runs)

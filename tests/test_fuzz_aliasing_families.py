@@ -223,7 +223,7 @@ CASES: dict[str, Case] = {
     "complex_set_no_grad": (complex_set_no_grad, lambda: [_leaf(3, dtype=C) * 1, _leaf(3, dtype=C) * 1]),
     "data_assign_then_backward": (data_assign_then_backward, lambda: [_leaf(3), _leaf(3)]),
     "detached_requires_grad": (detached_requires_grad, lambda: [_leaf(3)]),
-    # h_fuzz2's B8, B7, B10, B9, B16 (fixed by 70f87d5: warned eager runs), B11, B14, B15 (fixed), B18 (open)
+    # h_fuzz2's B8, B7, B10, B9, B16 (fixed by 70f87d5: warned eager runs), B11, B14, B15, B18 (fixed)
     "complex_slice_write": (complex_slice_write, lambda: [_leaf(3, 4, dtype=C) * 1]),
     "set_fresh_no_grad": (set_fresh_no_grad, lambda: [_leaf(3) * 1]),
     "int_view_write": (int_view_write, lambda: [_leaf(3) * 1, _leaf(3)]),
@@ -236,14 +236,11 @@ CASES: dict[str, Case] = {
     "set_empty_aliased": (set_empty_aliased, lambda: _overlapping(torch.randn(4, 3, dtype=D))),
 }
 
-_B18 = "B18: behind dynamo, a no-grad set_ twice on a strided view: its fallback sends the gradient to other elements"
 #: case -> entry -> reason of a strict xfail
 XFAIL: dict[str, dict[str, str]] = {
-    "data_assign_twice": {"dynamo": _B18},
     # not conveyor's: torch.compile(backend="aot_eager") gives the same gradient
     "data_assign_then_backward": {"dynamo": "dynamo's Tensor.data assignment loses x's gradient, as under aot_eager"},
 }
-NOT_STRICT = {"data_assign_twice"}
 #: aot_eager refuses these (BackendCompilerFailed), and so does dynamo's entry, loudly
 DYNAMO_REFUSES = {"set_then_write"}
 #: the representative cases CI runs; --runslow runs all
@@ -256,9 +253,7 @@ def _params() -> list[Any]:
         for entry in sorted(ENTRIES):
             marks: list[Any] = [] if name in DEFAULT and entry == "conveyor" else [pytest.mark.slow]
             if entry in XFAIL.get(name, {}):
-                # B18 depends on the torch behind dynamo (right on 2.14.1): not strict there
-                strict = name not in NOT_STRICT
-                marks.append(pytest.mark.xfail(strict=strict, reason=XFAIL[name][entry]))
+                marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[name][entry]))
             params.append(pytest.param(name, entry, marks=marks, id=f"{name}-{entry}"))
     return params
 

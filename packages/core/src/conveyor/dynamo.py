@@ -67,6 +67,19 @@ class DynamoEntry:
     stage_graphs: Graphs = ()
 
 
+def _lowers_a_version(node: torch.fx.Node) -> bool:
+    """Note [Data set behind dynamo]: for ``x.data = y`` dynamo's graph (on
+    some torches) holds a ``set_`` under ``no_grad`` and then a Python
+    function of its own that lowers ``x``'s version counter by one, as eager's
+    ``.data`` setter leaves it. A trace records that call as nothing, so the
+    functional program's version counter (and what autograd checks against
+    it, and which elements its gradient reaches) differed from eager's; the
+    graph runs eagerly, with a warning, as ``conveyor.compile`` runs a
+    program that sets ``.data`` (Note [Autograd state changed by the
+    program])."""
+    return node.op == "call_function" and getattr(node.target, "__name__", None) == "_lower_version_count_by_1"
+
+
 class DynamoCompiled:
     """What dynamo calls in place of its graph.
 
@@ -158,6 +171,9 @@ class DynamoCompiled:
     def _compile(self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]) -> DynamoEntry:
         """The compiled graph (``compiled`` ``None`` where it must run eagerly, warned)."""
         gm = with_constant_items(self._traced, items)
+        if any(_lowers_a_version(n) for n in gm.graph.nodes):
+            warn_eager("a dynamo graph", "it sets a tensor's .data (Note [Data set behind dynamo])")
+            return DynamoEntry(None)
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
             # Note [Autograd state changed by the program]: dynamo puts ``detach_``,
