@@ -51,10 +51,11 @@ and each trace's fake kernel): side effects of a forward also happen then.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -91,7 +92,7 @@ class Applied:
 
     def record(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> _Record:
         """Apply the Function with autograd recording, as eager does."""
-        with torch.enable_grad():
+        with torch.enable_grad(), autograd_dispatched():
             leaves = [t.detach().requires_grad_(r) for t, r in zip(tensors, self.requires, strict=True)]
             return _Record(self.call(leaves, ints), leaves)
 
@@ -116,12 +117,39 @@ class _Record:
         for t in wrt:
             t.grad = None
         # into the private leaves' .grad: torch.autograd.grad(allow_unused=True) costs 200 us more
-        with compiled_autograd._disable():
+        with compiled_autograd._disable(), autograd_dispatched():
             torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs], retain_graph=True, inputs=wrt)
         found = [t.grad for t in wrt]
         for t in wrt:
             t.grad = None
         return found
+
+
+@contextlib.contextmanager
+def autograd_dispatched() -> Iterator[None]:
+    """Autograd's dispatch keys in effect again inside an op's kernel.
+
+    Note [Autograd inside the record's kernels]: a custom op's kernel runs
+    below autograd (its autograd formula dispatches under
+    ``_AutoDispatchBelowAutograd``, which excludes autograd's keys for the
+    thread), so the ops a Function's forward or backward calls there record
+    no history. A Function that differentiates inside itself then gets no
+    gradient: ``torch.cond``'s autograd Function computes its branches'
+    gradients with a joint trace, which read every one as ``None`` and
+    returned zeros (h_sweep4's B5, behind dynamo and under
+    ``conveyor.compile``). The kernels apply the Function, and run its
+    backward, with the thread's exclusions as they were minus autograd's, as
+    in eager."""
+    exclude = torch._C._dispatch_tls_local_exclude_set() - _AUTOGRAD_KEYS
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude):
+        yield
+
+
+_AUTOGRAD_KEYS = (
+    torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradFunctionality)
+    | torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradOther)
+    | torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradNestedTensor)
+)
 
 
 #: an application's entry, on its token (Note [A Function's backward at run time])
