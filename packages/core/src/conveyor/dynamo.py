@@ -38,7 +38,7 @@ from conveyor.protocol.config import resolve
 from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.stage import CompiledFn
-from conveyor.runtime import cache, dynamo_graphs, recompiles
+from conveyor.runtime import cache, dynamo_graphs, dynamo_key, recompiles
 from conveyor.runtime.dynamo_items import item_values, read_with_item, with_constant_items
 from conveyor.runtime.dynamo_pipelines import pipeline_of
 from conveyor.runtime.entries import EntryCache
@@ -174,6 +174,16 @@ class DynamoCompiled:
         if any(_lowers_a_version(n) for n in gm.graph.nodes):
             warn_eager("a dynamo graph", "it sets a tensor's .data (Note [Data set behind dynamo])")
             return DynamoEntry(None)
+        pre = dynamo_key.Precapture.of(self.pipeline, gm, fakes, torch.is_grad_enabled())  # Note [Keyed before capture]
+        found = pre.load()
+        if found is not None:
+            return DynamoEntry(*found)
+        with pre.recording():
+            return self._capture_and_compile(gm, fakes, fake_mode)
+
+    def _capture_and_compile(self, gm: torch.fx.GraphModule, fakes: Sequence[Any], fake_mode: Any) -> DynamoEntry:
+        """Capture dynamo's graph ``gm`` and compile it (``compiled`` ``None``
+        where it must run eagerly, warned)."""
 
         def flat_fn(*args: Any) -> tuple[Any, ...]:
             # Note [Autograd state changed by the program]: dynamo puts ``detach_``,
