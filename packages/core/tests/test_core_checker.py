@@ -150,3 +150,16 @@ def test_inputs_viewing_a_base_of_another_dtype_are_cloned_in_their_own_dtype() 
     import conveyor
 
     check(lambda t, u: (t * 2, u.sum()), clones[0], clones[1], compile=conveyor.compile)
+
+
+def test_subclass_inputs_are_cloned_as_themselves() -> None:
+    """A wrapper subclass's storage is none of its data's: cloning it through
+    the storage raised "invalid python storage" (h_sweep4)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    x = TwoTensor(torch.randn(3), torch.randn(3)).requires_grad_()
+    (c,) = clone_inputs([x])
+    assert type(c) is TwoTensor and c.requires_grad and c.is_leaf
+    torch.testing.assert_close(c.a, x.a)
+    torch.testing.assert_close(c.b, x.b)
+    check(lambda a, b: (a * b).sin() + a, x, TwoTensor(torch.randn(3), torch.randn(3)))

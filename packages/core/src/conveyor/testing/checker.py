@@ -88,6 +88,10 @@ def clone_inputs(leaves: Sequence[Any]) -> list[Any]:
         if v.layout is not torch.strided:
             out.append(v.clone())
             continue
+        if type(v) not in _PLAIN_TENSORS:  # a subclass (TwoTensor, DTensor, a __torch_function__ type): its own clone
+            c = v.detach().clone().requires_grad_(v.requires_grad)
+            out.append(c * 1 if v.requires_grad and not v.is_leaf else c)
+            continue
         if v._base is None:
             out.append(clone_root(v))
             continue
@@ -96,6 +100,10 @@ def clone_inputs(leaves: Sequence[Any]) -> list[Any]:
             view.requires_grad_(True)
         out.append(view)
     return out
+
+
+#: tensors cloned through their storage (a subclass's storage may be none of its data's)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter, torch.nn.Buffer)
 
 
 def _in_dtype(base: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
