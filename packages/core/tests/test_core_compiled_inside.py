@@ -106,3 +106,27 @@ def test_importing_conveyor_imports_neither_dynamo_nor_triton() -> None:
     code = "import sys, conveyor; print(sorted(m for m in ('torch._dynamo', 'triton') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_capture_is_a_compile_to_library_code() -> None:
+    """Note [A capture is a compile]: a cache that bypasses itself under a
+    compile (transformers' ``compile_compatible_method_lru_cache``: BEiT's
+    relative-position index) kept the capture's FakeTensor, and every later
+    eager call of the library read it."""
+    import functools
+
+    @functools.lru_cache(maxsize=4)
+    def _cached(n: int) -> torch.Tensor:
+        return torch.arange(n) * 2
+
+    def index(n: int) -> torch.Tensor:
+        return _cached.__wrapped__(n) if torch.compiler.is_compiling() else _cached(n)
+
+    def program(x: torch.Tensor) -> torch.Tensor:
+        return x + index(x.shape[0])
+
+    x = torch.randn(5)
+    torch.testing.assert_close(conveyor.compile(program)(x), x + torch.arange(5) * 2)
+    assert not torch.compiler.is_compiling()
+    assert _cached.cache_info().currsize == 0  # nothing cached during the capture
+    assert type(index(5)) is torch.Tensor  # eager's own call caches a real tensor

@@ -43,6 +43,7 @@ from conveyor.analysis.grad_regions import recorded_with_grad
 from conveyor.analysis.saved_hooks import caller_saved_hooks_hidden
 from conveyor.errors import ConveyorError, DynamoSplits, EagerFallback
 from conveyor.frontend import functions
+from conveyor.frontend.compiling import compiling
 
 
 @contextlib.contextmanager
@@ -60,9 +61,10 @@ def watching_capture(seeding: bool = True) -> Iterator[None]:
     outermost = not watching()
     _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
-        # Note [Saved-tensor hooks while tracing]
-        with caller_saved_hooks_hidden(), _watching_seeding() if outermost and seeding else contextlib.nullcontext():
-            yield
+        # Note [Saved-tensor hooks while tracing], Note [A capture is a compile]
+        with caller_saved_hooks_hidden(), compiling():
+            with _watching_seeding() if outermost and seeding else contextlib.nullcontext():
+                yield
     except Exception as exc:
         if not isinstance(exc, ConveyorError) and _unrecordable_argument(exc):
             # Note [Arguments a graph cannot hold]: an op given a storage (cuDNN's RNN
