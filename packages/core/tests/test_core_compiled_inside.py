@@ -90,11 +90,11 @@ def test_the_watch_knows_torch_compile_wrapper_by_name_and_file() -> None:
     code is where the watch looks for it on this torch."""
     import types
 
-    from conveyor.frontend import fallback
+    from conveyor.frontend import call_watch
     from torch._dynamo.eval_frame import _TorchDynamoContext
 
     found = [c for c in _TorchDynamoContext.__call__.__code__.co_consts if isinstance(c, types.CodeType)]
-    assert any(c.co_name == "compile_wrapper" and c.co_filename == fallback._EVAL_FRAME_FILE for c in found)
+    assert any(c.co_name == "compile_wrapper" and c.co_filename == call_watch._EVAL_FRAME_FILE for c in found)
 
 
 def test_importing_conveyor_imports_neither_dynamo_nor_triton() -> None:

@@ -57,7 +57,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.overrides import TorchFunctionMode
 
 from conveyor.errors import DynamoSplits, EagerFallback
-from conveyor.frontend import fallback
+from conveyor.frontend import call_watch, fallback
 
 _REFUSED_METHODS = {torch.Tensor.requires_grad_: "requires_grad_", torch.Tensor.detach_: "detach_"}
 _REQUIRES_GRAD_SETTER = torch._C.TensorBase.__dict__["requires_grad"]
@@ -110,7 +110,7 @@ class AutogradStateWatcher(TorchFunctionMode):
         if name is None and setter is not None:
             name = _REFUSED_SETTERS.get(setter)
         if name is None:
-            return fallback.call_unwatched(func, *args, **kwargs)
+            return call_watch.call_unwatched(func, *args, **kwargs)
         if func is torch.Tensor.requires_grad_ or setter is _REQUIRES_GRAD_SETTER:
             tensor, flag = args[0], args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
             if isinstance(tensor, torch.Tensor) and bool(flag) == tensor.requires_grad:
