@@ -23,7 +23,6 @@ import dynamo_repro_programs as dp  # noqa: E402
 dp.load()
 
 B4 = "torch.roll's fake kernel gives a channels_last input contiguous strides: as_strided's gradient is wrong (B4)"
-B9 = "conveyor.compile: x.as_subclass(a __torch_function__ subclass) inside the program meets a FakeTensor (B9)"
 M1 = "eager's backward raises: state saved for it is mutated in place later; the compiled program's runs (M1)"
 M2 = "a BatchNorm flipped train/eval between calls: version-counter error in the backward, as aot_eager (M2)"
 M3 = "conveyor.compile runs an out= whose output overlaps an input, which eager refuses (M3)"
@@ -36,7 +35,6 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("hop_cond_after_and_before_inplace", "*", "grad"): M1,
     ("module_flips_training_mode", "dynamo", "*"): M2,
     ("add_sub_alpha_out", "conveyor", "nograd"): M3,
-    ("subclass_torch_function_as_subclass", "conveyor", "*"): B9,
 }
 #: torch-dependent cases (xfail, not strict)
 NOT_STRICT: set[str] = set()

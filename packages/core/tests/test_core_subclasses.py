@@ -204,3 +204,18 @@ def test_a_torch_function_subclass_input_keeps_its_type():
     for o, r in zip(outs, f(x), strict=True):
         assert type(o) is _Tagged
         torch.testing.assert_close(o.as_subclass(torch.Tensor), r.as_subclass(torch.Tensor))
+
+
+def test_as_subclass_inside_the_program_compiles_through_dynamo():
+    """Note [as_subclass inside a capture]: before, torch's RuntimeError
+    (the fake tensor already has a Python object) reached the caller
+    (h_sweep4 B9, second half)."""
+
+    def f(x):
+        return x.as_subclass(_Tagged).sin() * 2
+
+    x = torch.randn(3, 3)
+    with pytest.warns(UserWarning, match="through dynamo.*as_subclass"):
+        out = conveyor.compile(f)(x)
+    assert type(out) is _Tagged
+    torch.testing.assert_close(out.as_subclass(torch.Tensor), f(x).as_subclass(torch.Tensor))

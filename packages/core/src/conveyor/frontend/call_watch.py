@@ -1,4 +1,5 @@
-"""Python calls a capture refuses as they start: seeding, and compiled functions.
+"""Python calls a capture refuses as they start: seeding, compiled functions, and
+``Tensor.as_subclass``.
 
 While this thread captures, a profile hook looks at each Python call the
 program makes (Note [Watching seeding without patching torch], Note
@@ -111,10 +112,19 @@ def _eval_frame_file() -> str:
 _EVAL_FRAME_FILE = _eval_frame_file()
 
 
+# Note [as_subclass inside a capture]: ``x.as_subclass(T)`` makes a new Python
+# object of type ``T`` around ``x``'s C tensor. During a capture ``x`` is a
+# FakeTensor (or the tracer's), whose C tensor already belongs to a Python
+# object of another type, so torch refuses (a RuntimeError from inside the
+# program). It reaches no torch-function or dispatch hook a capture could
+# redirect, so the profile hook refuses it as the C call starts (CPython
+# reports the bound method, not its arguments: ``as_subclass(torch.Tensor)``
+# is refused too) and the program compiles through dynamo, which traces it.
 def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
-    """The profile hook: a seeding function or a function ``torch.compile``
-    optimized starting raises (CPython then removes the hook from this
-    thread; the capture restores the caller's)."""
+    """The profile hook: a seeding function, a function ``torch.compile``
+    optimized, or ``Tensor.as_subclass`` (a C call: the event names the bound
+    method, not its arguments) starting raises (CPython then removes the hook
+    from this thread; the capture restores the caller's)."""
     if event == "call":
         name = _SEEDING_CODE.get(frame.f_code)
         if name is not None:
@@ -124,6 +134,13 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
             _watch.refused = DynamoSplits(
                 "it calls a function torch.compile optimized (torch.cond, while_loop, scan and map optimize "
                 "themselves) (Note [Compiled functions inside a capture])"
+            )
+            raise _watch.refused
+    elif event == "c_call" and getattr(arg, "__name__", None) == "as_subclass":
+        if isinstance(getattr(arg, "__self__", None), torch.Tensor):
+            _watch.refused = DynamoSplits(
+                "it calls Tensor.as_subclass, which cannot rewrap the capture's fake tensors "
+                "(Note [as_subclass inside a capture])"
             )
             raise _watch.refused
 
