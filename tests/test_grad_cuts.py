@@ -95,3 +95,40 @@ def test_a_differentiable_node_replayed_by_a_stage_keeps_carrying_gradient(entry
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no eager fallback
         check(fn, w, w, torch.randn(2, 4, requires_grad=True), compile=ENTRIES[entry])
+
+
+@torch.library.custom_op("conveyor_test::grad_cuts_cat", mutates_args=())
+def _cat(xs: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([x.clone() for x in xs])
+
+
+_cat.register_fake(lambda xs: torch.cat(xs))
+_cat.register_autograd(
+    lambda ctx, g: (list(g.split(ctx.sizes)),),
+    setup_context=lambda ctx, inputs, output: setattr(ctx, "sizes", [x.shape[0] for x in inputs[0]]),
+)
+
+
+@torch.library.custom_op("conveyor_test::grad_cuts_split", mutates_args=())
+def _split(x: torch.Tensor) -> list[torch.Tensor]:
+    return [t.clone() for t in x.split(2)]
+
+
+_split.register_fake(lambda x: [t.clone() for t in x.split(2)])
+_split.register_autograd(lambda ctx, gs: torch.cat(gs))
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize(
+    "fn",
+    [lambda a, b: _cat([a, b * 2]).sin(), lambda a, b: tuple(t * 2 for t in _split(a * b))],
+    ids=["tensor_list_argument", "tensor_list_result"],
+)
+def test_a_custom_op_over_tensor_lists_carries_gradient(entry: str, fn: Any) -> None:
+    """Note [Custom ops called with grad]: torch binds the Function of a custom
+    op taking or returning ``Tensor[]`` when the op is defined, past the
+    capture's ``Function.apply`` wrapper; its outputs silently stopped
+    requiring grad (h_sweep5 B1)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no eager fallback
+        check(fn, torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True), compile=ENTRIES[entry])

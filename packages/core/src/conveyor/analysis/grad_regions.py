@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from conveyor.analysis.out_overlap import check_out_overlap
 from conveyor.analysis.schema import is_view, writes, written_args
 from conveyor.analysis.symbolic import symbolic_layout
 from conveyor.errors import CaptureError
@@ -60,6 +62,8 @@ class GradModeTagger(TorchDispatchMode):
         self.tag = tag
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if kwargs:
+            check_out_overlap(func, args, kwargs)  # Note [out= overlapping an input]
         mark = _mark()
         out = func(*args, **(kwargs or {}))
         if mark is None or not ((self.tag and not torch.is_grad_enabled()) or func is _DETACH):
@@ -130,17 +134,23 @@ def probe_detach_recording() -> None:
 
 
 @contextlib.contextmanager
-def recorded_with_grad() -> Iterator[None]:
-    """The nodes a trace records inside this block are tagged as run with grad
-    enabled, whatever the grad mode when they were recorded: for an op whose
-    own autograd runs it inside an ``autograd.Function``'s forward (a custom
-    op's, Note [Custom ops] in ``conveyor.frontend.fallback``), which runs under
-    ``no_grad``, while the caller's grad mode is on."""
+def recorded_with_grad(op: str | None = None) -> Iterator[None]:
+    """The nodes a trace records inside this block (only those of the op
+    named ``op``, ``"namespace::name"``, where given) are tagged as run with
+    grad enabled, whatever the grad mode when they were recorded: for an op
+    whose own autograd runs it inside an ``autograd.Function``'s forward (a
+    custom op's, Note [Custom ops] in ``conveyor.frontend.fallback``), which
+    runs under ``no_grad``, while the caller's grad mode is on."""
     mark = _mark()
     yield
-    if mark is not None:
-        for node in _made_since(mark):
-            node.meta.pop(GRAD_META, None)
+    if mark is None:
+        return
+    made = _made_since(mark)
+    if op is not None:  # the op's nodes, and the elements taken from their results
+        ops = {n for n in made if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.name == op}
+        made = [n for n in made if n in ops or (n.target is operator.getitem and n.args[0] in ops)]
+    for node in made:
+        node.meta.pop(GRAD_META, None)
 
 
 _Mark = tuple[torch.fx.Graph, "torch.fx.Node | None"]

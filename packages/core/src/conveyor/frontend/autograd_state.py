@@ -56,6 +56,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.overrides import TorchFunctionMode
 
+from conveyor.analysis.grad_regions import recorded_with_grad
 from conveyor.errors import DynamoSplits, EagerFallback
 from conveyor.frontend import call_watch, fallback
 
@@ -110,6 +111,10 @@ class AutogradStateWatcher(TorchFunctionMode):
         if name is None and setter is not None:
             name = _REFUSED_SETTERS.get(setter)
         if name is None:
+            custom = _custom_op(func)
+            if custom is not None and torch.is_grad_enabled():
+                with recorded_with_grad(custom):  # Note [Custom ops called with grad]
+                    return call_watch.call_unwatched(func, *args, **kwargs)
             return call_watch.call_unwatched(func, *args, **kwargs)
         if func is torch.Tensor.requires_grad_ or setter is _REQUIRES_GRAD_SETTER:
             tensor, flag = args[0], args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
@@ -135,6 +140,35 @@ class AutogradStateWatcher(TorchFunctionMode):
                     "only through it, which a captured graph cannot record (Note [Tensors the program makes "
                     "require grad])"
                 )
+
+
+# Note [Custom ops called with grad]: a custom op's autograd (torch.library's
+# ``register_autograd``, or the formula-less kernel torch gives a ``custom_op``)
+# applies an ``autograd.Function`` whose forward runs the op under ``no_grad``,
+# so the trace tags the op's node as run without grad, and a later stage would
+# cut its gradient. ``Function.apply`` is wrapped during a capture and tags the
+# node back (Note [Custom ops] in ``conveyor.frontend.fallback``), but torch
+# binds the ``apply`` of an op taking or returning a ``Tensor[]`` when the op is
+# defined (``supports_tensorlist``), past that wrapper: its outputs silently
+# stopped requiring grad (h_sweep5 B1). So the watcher, which sees every op
+# call the program makes, tags the node of a custom op the program calls with
+# grad enabled as run with grad; only that op's own nodes: an op that
+# decomposes keeps the grad modes of its parts.
+def _custom_op(func: Any) -> str | None:
+    """The ``"namespace::name"`` of the op ``func`` is when it is one outside
+    torch's own namespaces (a custom op), else ``None``."""
+    kind = type(func)
+    if kind is torch._ops.OpOverload:
+        name = func._schema.name
+    elif kind is torch._ops.OpOverloadPacket:
+        name = func._qualified_op_name
+    else:
+        return None
+    return None if name.startswith(_TORCH_NAMESPACES) else name
+
+
+#: the namespaces of torch's own ops, whose autograd records them under the caller's grad mode
+_TORCH_NAMESPACES = ("aten::", "prims::")
 
 
 def _autograd_nodes(outputs: Sequence[Any]) -> Iterator[Any]:
