@@ -6,7 +6,7 @@ against eager on both entry points (``conveyor.compile``,
 Default run: a representative set with the eager backend and one program through
 the inductor backend. Slow (``--runslow``): every program on both entries, and a
 subset through the inductor backend. A known bug is a strict xfail naming it
-(the sweep's report: /work/reports/s9/h_sweep4.md, bugs B1..B9, deviations M1..M3).
+(the sweep's report: /work/reports/s9/h_sweep4.md, bugs B1..B9, deviations M1..M3; M3 fixed: core Note [out= overlapping an input]).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ dp.load()
 B4 = "torch.roll's fake kernel gives a channels_last input contiguous strides: as_strided's gradient is wrong (B4)"
 M1 = "eager's backward raises: state saved for it is mutated in place later; the compiled program's runs (M1)"
 M2 = "a BatchNorm flipped train/eval between calls: version-counter error in the backward, as aot_eager (M2)"
-M3 = "conveyor.compile runs an out= whose output overlaps an input, which eager refuses (M3)"
 
 #: (name, entry, grad) -> reason; entry or grad "*" matches either
 XFAIL: dict[tuple[str, str, str], str] = {
@@ -34,7 +33,6 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("module_param_inplace_no_grad", "*", "grad"): M1,
     ("hop_cond_after_and_before_inplace", "*", "grad"): M1,
     ("module_flips_training_mode", "dynamo", "*"): M2,
-    ("add_sub_alpha_out", "conveyor", "nograd"): M3,
 }
 #: torch-dependent cases (xfail, not strict)
 NOT_STRICT: set[str] = set()
@@ -130,7 +128,6 @@ B11 = "inductor backend: torch.cond / map with grad fails the compile: autograd 
 
 #: (name, entry, grad) -> reason, for the inductor subset (the eager backend's XFAIL does not apply)
 INDUCTOR_XFAIL: dict[tuple[str, str, str], str] = {
-    ("add_sub_alpha_out", "conveyor", "nograd"): M3,
     ("hop_cond_after_and_before_inplace", "conveyor", "grad"): B11,
     ("hop_cond_after_and_before_inplace", "dynamo", "grad"): B11,
     ("hop_cond_closure_over_tensor", "conveyor", "grad"): B11,
