@@ -340,10 +340,6 @@ PROGRAMS = [
         "test_backward_returns_none_for_tensor_input",
         lambda x, y: _NoneForTensor.apply(x * 1, y),
         lambda: (_r(()), _r(())),
-        xfail={
-            "conveyor": "the backward op returns zeros where the Function's backward returns None for a tensor that "
-            "requires grad: y.grad is zeros, eager's None (core Note [A Function's backward at run time])"
-        },
     ),
     Program("bound_free_variable", "test_function_with_bound_free_variable", lambda x, p: x + _ClampBelow.apply(p, 1), lambda: (_r(2, 4, grad=False), torch.rand(2, 4, requires_grad=True) * 2)),
     Program("returns_a_constant", "test_forward_returns_constant", lambda x: _WithConstant.apply(x * 1)[0], lambda: (_r(()),), fallback=True),

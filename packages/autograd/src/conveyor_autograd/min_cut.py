@@ -25,7 +25,7 @@ import math
 import networkx as nx
 import torch
 import torch.fx
-from conveyor import StageError
+from conveyor import StageError, stage_api
 
 from conveyor_autograd.joint import STAGE, JointGraph
 from conveyor_autograd.ops import is_recomputable, is_view, size_in_bytes
@@ -50,7 +50,7 @@ def _tangent_dependent(joint: JointGraph) -> set[torch.fx.Node]:
 
 
 #: the op that runs a custom Function's backward on the application its forward kept
-_FUNCTION_BACKWARD = "conveyor::function_backward"
+_FUNCTION_BACKWARD = stage_api.FUNCTION_BACKWARD_OP
 
 
 def _kept_by_records(joint: JointGraph) -> set[torch.fx.Node]:

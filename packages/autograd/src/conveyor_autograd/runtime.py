@@ -28,6 +28,7 @@ from conveyor.stage_api import reducible
 from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor_autograd.layout import AutogradLayout
+from conveyor_autograd.undefined import UndefinedGrads
 
 DOUBLE_BACKWARD = (
     "conveyor stage 'autograd': double backward through a compiled program is not supported "
@@ -61,9 +62,9 @@ class CompiledFunction(torch.autograd.Function):
         grads_in = [g.contiguous() if isinstance(g, torch.Tensor) else g for g in grad_outputs]
         args = layout.backward_args(tensors, ctx.symbols, grads_in)
         if not torch.is_grad_enabled():  # the engine runs backward with grad mode off unless create_graph=True
-            return plan.function_grads(plan.compiled(args))
+            return plan.function_grads(plan.run(args, tensors))
         with torch.no_grad():
-            grads = plan.compiled(args)
+            grads = plan.run(args, tensors)
         result = _poisoned(layout.input_grads(grads), _leaf_inputs(ctx, layout.num_inputs))
         return function_grads(result)
 
@@ -195,17 +196,27 @@ class _Backward:
     :ivar gather: for each of ``apply``'s arguments, the position of its
         gradient among the backward graph's outputs (``len(grad_inputs)``:
         none, read from the ``None`` appended after them).
+    :ivar undefined: the outputs a custom Function's backward may leave
+        undefined (Note [Gradients a Function's backward leaves undefined]
+        in ``undefined.py``), or ``None``.
     """
 
     layout: AutogradLayout
     compiled: CompiledFn
     gather: tuple[int, ...]
+    undefined: UndefinedGrads | None = None
 
     @staticmethod
-    def of(layout: AutogradLayout, compiled: CompiledFn) -> _Backward:
+    def of(layout: AutogradLayout, compiled: CompiledFn, undefined: UndefinedGrads | None = None) -> _Backward:
         none = len(layout.grad_inputs)
         where: dict[int, int] = {int(i): j for j, i in enumerate(layout.grad_inputs)}
-        return _Backward(layout, compiled, tuple(where.get(i, none) for i in range(-_LEADING, layout.num_inputs)))
+        gather = tuple(where.get(i, none) for i in range(-_LEADING, layout.num_inputs))
+        return _Backward(layout, compiled, gather, undefined)
+
+    def run(self, args: list[Any], saved: Sequence[Any]) -> Sequence[Any]:
+        """The backward graph's outputs (``None`` where a Function's backward left them undefined)."""
+        grads = self.compiled(args)
+        return grads if self.undefined is None else self.undefined.apply(grads, saved)
 
     def function_grads(self, grads: Sequence[Any]) -> tuple[Any, ...]:
         """:func:`function_grads` of ``layout.input_grads(grads)``, by one
@@ -249,7 +260,9 @@ def wrap(
     pickles (Note [Picklable run-time callables] in ``conveyor.protocol.artifacts``)
     as the program's :class:`BackwardGraph`: the program's own
     ``CompiledFunction`` class is made again on load."""
-    backward = _Backward.of(layout, compiled_backward)
+    marker = backward_graph_of(function)
+    undefined = None if marker is None else UndefinedGrads.of(marker.graph, layout)
+    backward = _Backward.of(layout, compiled_backward, undefined)
     direct = _direct_apply(function)
     gets_grad = set(layout.grad_inputs)
     cut = tuple(i for i in range(layout.num_inputs) if i not in gets_grad)
@@ -275,7 +288,6 @@ def wrap(
                     return direct(layout, compiled_forward, backward, *inputs)  # type: ignore[no-any-return]
             return function.apply(layout, compiled_forward, backward, *args)  # type: ignore[no-any-return]
 
-    marker = backward_graph_of(function)
     return reducible(run, _loaded, layout, compiled_forward, compiled_backward, marker)
 
 

@@ -18,6 +18,9 @@ sources for it. The names, by what they are for:
   the same tensor, overlap: what a stage's ``cache_key`` receives) and the
   one way a storage is identified (``storage_id``), the grad-mode tag capture puts
   on each node, running a graph functionally;
+* custom Functions applied in a program: the op that runs one's backward
+  and which gradients that backward left undefined (Note [A Function's
+  backward at run time]);
 * run-time helpers: the warned eager fallback of a stage, pickling a
   compiled callable for the disk cache, the user's cache folder and the
   rule for reading and writing there (Note [Caches only the user can write]).
@@ -48,6 +51,8 @@ from conveyor.analysis.storage_addressing import STORAGE_ADDRESSING_REASON, as_s
 from conveyor.analysis.symbolic import symbolic_layout
 from conveyor.errors import DataDependentError, StageError, SymbolicSizesUnsupported
 from conveyor.frontend.capture import retrace
+from conveyor.frontend.function_records import BACKWARD_OP as FUNCTION_BACKWARD_OP
+from conveyor.frontend.function_records import undefined_grads as function_grads_undefined
 from conveyor.protocol.artifacts import reducible
 from conveyor.protocol.config import resolve
 from conveyor.protocol.hookspecs import hookimpl
@@ -67,6 +72,7 @@ __all__ = [
     "CallSignature",
     "CompiledFn",
     "DataDependentError",
+    "FUNCTION_BACKWARD_OP",
     "FunctionalRun",
     "InputIdx",
     "InputInfo",
@@ -94,6 +100,7 @@ __all__ = [
     "detach_no_grad_results",
     "eager_lowering",
     "from_functional",
+    "function_grads_undefined",
     "hookimpl",
     "is_effectful",
     "is_random",

@@ -40,8 +40,12 @@ stage's runtime). Behind dynamo nothing changes (``AppliedBodies``: dynamo
 traced the backward; its side effects are dynamo's business).
 
 Where the user's backward returns ``None`` for a tensor that requires grad,
-the op returns zeros (an op's outputs are tensors): such an input gets a zero
-``.grad`` where eager leaves it ``None``. A backward run with a token whose
+the op returns zeros (an op's outputs are tensors) and notes which on the
+application (:func:`undefined_grads`, read through the token): the autograd
+stage's runtime turns a gradient that only such outputs reach back into
+``None``, so the input keeps eager's ``None`` ``.grad`` (Note [Gradients a
+Function's backward leaves undefined] in ``conveyor_autograd.undefined``).
+A backward run with a token whose
 entry is gone (a saved-tensor hook that copied it) applies the Function again
 first, with a warning: its forward side effects then happen twice.
 
@@ -101,10 +105,12 @@ class _Record:
     """One application kept for its backward: its outputs (with their
     autograd graph, the Function's ``ctx``) and the leaves it was applied to."""
 
-    __slots__ = ("__weakref__", "leaves", "outputs")
+    __slots__ = ("__weakref__", "leaves", "outputs", "undefined")
 
     def __init__(self, outputs: list[torch.Tensor], leaves: list[torch.Tensor]) -> None:
         self.outputs, self.leaves = outputs, leaves
+        #: after a backward: whether each gradient it returned was ``None`` (the op returned zeros)
+        self.undefined: tuple[bool, ...] = ()
 
     def gradients(self, grads: Grads) -> Grads:
         """The gradient of each leaf that requires grad (``None`` where none reached it)."""
@@ -236,6 +242,7 @@ def _backward_op() -> Any:
             )
             record = applied.record(tensors, ints)
         found = record.gradients(grads)
+        record.undefined = tuple(g is None for g in found)
         wanted = [t for t, r in zip(tensors, applied.requires, strict=True) if r]
         taken = _storages([token, *tensors, *outputs, *grads])
         return [_as_input_grad(g, t, taken) for g, t in zip(found, wanted, strict=True)]
@@ -252,6 +259,14 @@ def _backward_op() -> Any:
         return [torch.empty_like(t) for t, r in zip(tensors, _APPLIED[key].requires, strict=True) if r]
 
     return torch.ops.conveyor.function_backward.default
+
+
+def undefined_grads(token: torch.Tensor) -> tuple[bool, ...]:
+    """Whether each gradient the last ``conveyor::function_backward`` run with
+    ``token`` returned was ``None`` in the Function's ``backward`` (the op
+    returned zeros for it); ``()`` where ``token`` carries no application."""
+    record = getattr(token, _RECORD_ATTR, None)
+    return record.undefined if isinstance(record, _Record) else ()
 
 
 def _as_input_grad(g: torch.Tensor | None, t: torch.Tensor, taken: set[int]) -> torch.Tensor:
