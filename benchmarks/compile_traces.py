@@ -13,6 +13,10 @@ tracing excluded; the thread's CPU time, the collector off), conveyor / aot_eage
 stable figure on a shared machine) and the median over interleaved rounds, for the programs of
 ``zoo()`` (fn3, the 12-block model, MobileNetV2, RegNet, ConvNeXt, Phi3 and
 the other Hugging Face models; ``--models``/``--modes`` pick some).
+``--ratios --calls`` counts the Python function calls of each backend's
+compile instead (cProfile's count: the same on a loaded machine as on a
+quiet one, where time is not; it sees Python work only, not time spent in
+C++ kernels or the dispatcher).
 """
 
 from __future__ import annotations
@@ -172,13 +176,22 @@ def zoo() -> list[tuple[str, Callable[[], torch.nn.Module], Callable[[], dict[st
 _backend_seconds: dict[str, float] = {}
 
 
-def _timed(name: str) -> Callable[..., Any]:
+def _timed(name: str, calls: bool = False) -> Callable[..., Any]:
     """Backend ``name``, its time spent (this thread's CPU time: the compile
     runs in the calling thread, and on a shared machine wall time would count
-    the time other processes hold the core) added to ``_backend_seconds``."""
+    the time other processes hold the core) added to ``_backend_seconds``;
+    ``calls``: the thousands of Python function calls it made instead."""
     inner = lookup_backend(name)
 
     def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        if calls:
+            prof = cProfile.Profile()
+            prof.enable()
+            try:
+                return inner(gm, example_inputs)
+            finally:
+                prof.disable()
+                _backend_seconds[name] = _backend_seconds.get(name, 0.0) + pstats.Stats(prof).total_calls / 1e6  # type: ignore[attr-defined]
         t0 = time.thread_time()
         try:
             return inner(gm, example_inputs)
@@ -188,15 +201,16 @@ def _timed(name: str) -> Callable[..., Any]:
     return backend
 
 
-def ratios(rounds: int, only: list[str] | None, modes: list[str]) -> None:
+def ratios(rounds: int, only: list[str] | None, modes: list[str], calls: bool = False) -> None:
     """Backend compile ms behind dynamo, aot_eager and conveyor: the minimum
     and the median over interleaved rounds (the backends' order alternating),
     each compile after a ``gc.collect()`` and with the collector off while it
     runs (a collection the other backend's garbage set off is not counted)."""
     for name in ("aot_eager", "conveyor"):
-        register_backend(name=f"timed_{name}")(_timed(name))
+        register_backend(name=f"timed_{name}")(_timed(name, calls))
     models = [m for m in zoo() if only is None or m[0] in only]
-    print(f"{'model':22} {'aot_eager ms':>12} {'conveyor ms':>12} {'ratio':>6} {'median':>6}")
+    unit = "k calls" if calls else "ms"
+    print(f"{'model':22} {'aot_eager ' + unit:>17} {'conveyor ' + unit:>16} {'ratio':>6} {'median':>6}")
     for model_name, build, inputs in models:
         for mode in modes:
             times: dict[str, list[float]] = {"aot_eager": [], "conveyor": []}
@@ -221,7 +235,7 @@ def ratios(rounds: int, only: list[str] | None, modes: list[str]) -> None:
                         times[backend].append(_backend_seconds.get(backend, 0.0) * 1e3)
             a, c = times["aot_eager"], times["conveyor"]
             median = statistics.median(c) / statistics.median(a)
-            print(f"{model_name + ' ' + mode:22} {min(a):12.0f} {min(c):12.0f} {min(c) / min(a):6.2f} {median:6.2f}", flush=True)
+            print(f"{model_name + ' ' + mode:22} {min(a):17.0f} {min(c):16.0f} {min(c) / min(a):6.2f} {median:6.2f}", flush=True)
 
 
 def main() -> None:
@@ -232,9 +246,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", help="with --ratios: comma-separated names from zoo() (default: all)")
     parser.add_argument("--modes", default="forward,train", help="with --ratios: forward, train or both")
+    parser.add_argument("--calls", action="store_true", help="with --ratios: count Python calls, not time")
     opts = parser.parse_args()
     if opts.ratios:
-        ratios(opts.rounds, opts.models.split(",") if opts.models else None, opts.modes.split(","))
+        ratios(opts.rounds, opts.models.split(",") if opts.models else None, opts.modes.split(","), opts.calls)
         return
     table = cases()
     if opts.profile:
