@@ -25,6 +25,7 @@ import torch.utils._pytree as pytree
 from conveyor.analysis.grad_regions import detach_no_grad_results, trace_below_autograd
 from conveyor.errors import DataDependentError
 from conveyor.frontend import subclasses
+from conveyor.frontend.aliased_returns import arguments_for_returns
 from conveyor.frontend.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
@@ -314,12 +315,14 @@ def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: An
     if desugared is None:
         made_subclass: list[bool] = []
         graph = retrace(subclasses.returns_subclass(fn, made_subclass), fake_inputs, fake_mode)
+        graph = arguments_for_returns(graph)  # Note [Custom ops that return what they mutate]
         if not any(made_subclass):
             return Traced(detach_no_grad_results(graph, tuple(fake_inputs)))
         desugared = subclasses.desugar(fn, fake_inputs, outputs_only=True)  # Note [Subclasses the program makes]
     assert desugared is not None
     inner_fn, inner_fakes, boundary = desugared
-    graph = detach_no_grad_results(retrace(inner_fn, inner_fakes, fake_mode), tuple(inner_fakes))
+    graph = arguments_for_returns(retrace(inner_fn, inner_fakes, fake_mode))
+    graph = detach_no_grad_results(graph, tuple(inner_fakes))
     return Traced(graph, subclasses.checked(graph, boundary()))
 
 
