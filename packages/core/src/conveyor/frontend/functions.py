@@ -166,9 +166,11 @@ def probe(cls: type, args: tuple[Any, ...]) -> Applied | str:
         with torch.enable_grad():
             return function_records._original_apply(cls, *stand_ins)
 
+    snapshot = arguments.snapshot()  # Note [Graphs a Function rewrites] in conveyor.frontend.function_arguments
     found = _run_on_stand_ins(run, args, arguments)
     if isinstance(found, str):
         return found
+    arguments = arguments.rewritten(snapshot)
     out, outs = found
     # floating outputs that do not require grad although their inputs do: marked non-differentiable
     marked = tuple(i for i, o in enumerate(outs) if (o.is_floating_point() or o.is_complex()) and not o.requires_grad)
