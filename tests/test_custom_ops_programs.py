@@ -8,7 +8,7 @@ on their OpInfo samples.
 Default run: a representative set on both entries. Slow (``--runslow``): every
 program on both entries, every custom_op_db sample, and every program through the
 inductor backend. A known bug is a strict xfail naming it (the sweep's report:
-/work/reports/s10/h_sweep5.md: bugs B1..B8, deviations M1, torch limitations L1, L2, T2).
+/work/reports/s10/h_sweep5.md: bugs B1..B9 (B1 fixed but for B1b), deviations M1, torch limitations L1, L2, T2).
 """
 
 from __future__ import annotations
@@ -22,31 +22,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import custom_ops_programs as cp  # noqa: E402
 
-B1 = "a custom op with a Tensor[] argument or return drops out of autograd: outputs do not require grad (B1)"
-B2 = "an inplace/out-tagged custom op's result is a copy, not its mutated argument (B2; aot_eager alike)"
-B3 = "the result of an inplace/out-tagged custom op mutated in the program: the input misses the change (B3)"
+B1b = "a custom op returning (list[Tensor], int) still drops out of autograd after 0ad9eb5 (B1b)"
 L1 = "torch's functionalization refuses a custom op whose output aliases its input (L1; aot_eager alike)"
 L2 = "torch's auto_functionalize fails on a mutated list[Optional[Tensor]] argument (L2; aot_eager alike)"
 B4 = "dynamo entry: an autograd.Function whose backward writes into a gradient fails the autograd stage (B4)"
 B5 = "dynamo entry: a create_graph=True grad made in the program has a dangling Error grad_fn (B5)"
 B6 = "inductor stage: GuardOnDataDependentSymNode on a custom op with data-dependent sizes (B6)"
 M1 = "compiled runs a write through an expanded view that eager refuses (M1; aot_eager alike)"
+T1 = "torch's inductor: wrong values for the second result of an out-tagged op with two out= arguments (T1)"
 T2 = "torch's inductor: 'getitem is not an OpOverload' on a mutable Optional argument left None (T2)"
 #: eager itself raises in the backward (a custom op mutating split's outputs): no comparison
 EAGER_BACKWARD_RAISES = {"af_split"}
 
 #: (name, entry, grad) -> reason; entry or grad "*" matches either
 XFAIL: dict[tuple[str, str, str], str] = {
-    ("af_with_returns_v2", "*", "grad"): B1,
-    ("co_register_autograd_tensorlist_defaulted_input", "*", "grad"): B1,
-    ("co_register_autograd_tensorlist_scale", "*", "grad"): B1,
-    ("co_register_autograd_tensorlist_return_defaulted_input", "*", "grad"): B1,
-    ("co_custom_op_inplace_tag_compile", "*", "*"): B2,
-    ("co_custom_op_out_tag_compile", "*", "*"): B2,
-    ("co_custom_op_out_tag_multiple_returns", "*", "*"): B2,
-    ("co_custom_op_out_tag_no_grad_on_grad_inputs", "*", "*"): B2,
-    ("co_inplace_tag_result_mutated", "*", "*"): B3,
-    ("co_out_tag_result_mutated", "*", "*"): B3,
     ("co_view_op_of_input", "*", "*"): L1,
     ("co_view_op_of_input_mutated", "*", "*"): L1,
     ("co_view_op_output_mutated", "*", "*"): L1,
@@ -56,16 +45,13 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("da_aot_autograd_expand_mutation_error", "*", "*"): M1,
 }
 #: custom_op_db (op name, grad) -> reason
-DB_XFAIL: dict[tuple[str, bool], str] = {
-    ("NumpyCatCustomOp", True): B1,
-    ("NumpySplitCopyCustomOp", True): B1,
-    ("NumpySplitCopyWithIntCustomOp", True): B1,
-}
+DB_XFAIL: dict[tuple[str, bool], str] = {("NumpySplitCopyWithIntCustomOp", True): B1b}
 #: through the inductor backend (conveyor.compile): (name, "conveyor", grad) -> reason, beside XFAIL
 INDUCTOR_XFAIL: dict[tuple[str, str, str], str] = {
     ("af_alias2", "*", "*"): B6,
     ("af_unbacked_auto_functionalize_op", "*", "*"): B6,
     ("co_mutated_optional_arg_default_none", "*", "*"): T2,
+    ("co_custom_op_out_tag_multiple_returns", "*", "*"): T1,
 }
 
 
@@ -161,10 +147,9 @@ def test_custom_op_db_sample(op: str, index: int, grad: bool, entry: str, reques
 
 
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
-def test_custom_op_db_tensorlist_op_keeps_grad(entry: str, request: pytest.FixtureRequest) -> None:
+def test_custom_op_db_tensorlist_op_keeps_grad(entry: str) -> None:
     """custom_op_db's NumpyCatCustomOp (a ``Tensor[]`` argument, ``register_autograd``): the
-    compiled output requires grad as eager's does (B1)."""
-    request.applymarker(pytest.mark.xfail(strict=True, reason=B1))
+    compiled output requires grad as eager's does (h_sweep5 B1, fixed in 0ad9eb5)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="conveyor: (running|compiling)", category=UserWarning)
         cp.run_custom_op_db("NumpyCatCustomOp", 0, entry, True)
