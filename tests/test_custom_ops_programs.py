@@ -93,7 +93,8 @@ def _cases(names: list[str]) -> list[object]:
 def _run(name: str, entry: str, backend: str, grad: bool, request: pytest.FixtureRequest) -> None:
     reason = xfail_reason(XFAIL, name, entry, grad)
     if backend != "eager":
-        reason = xfail_reason(INDUCTOR_XFAIL, name, entry, grad) or reason
+        override = xfail_reason(INDUCTOR_XFAIL, name, entry, grad)
+        reason = reason if override is None else override
     if reason:
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     with warnings.catch_warnings():
