@@ -222,3 +222,33 @@ def test_an_undefined_gradient_each_call() -> None:
         _Sometimes.give[0] = give
         args = (_r(3), _r(3))
         _same(_grads_by_backward(compiled, args), _grads_by_backward(fn, args))
+
+
+class _Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return g * 3 * x**2
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_a_second_order_gradient_through_a_function_raises_clearly(entry: str) -> None:
+    """``create_graph=True`` through a Function: the first-order gradient is
+    eager's; differentiating it raises the autograd stage's error, which says
+    to compute higher-order gradients eagerly (as ``aot_eager`` refuses double
+    backward), never a wrong second-order gradient."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return _Cube.apply(x * 1)
+
+    compiled = ENTRY_POINTS[entry](fn)
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    (g,) = torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
+    torch.testing.assert_close(g.detach(), 3 * x.detach() ** 2)
+    with pytest.raises(RuntimeError, match="double backward through a compiled program is not supported"):
+        torch.autograd.grad(g.sum(), x)

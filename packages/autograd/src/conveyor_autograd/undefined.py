@@ -67,6 +67,8 @@ class UndefinedGrads:
     def of(backward: torch.fx.GraphModule, layout: AutogradLayout) -> UndefinedGrads | None:
         """The plan of ``backward`` (its placeholders: saved tensors first,
         as ``layout`` says), or ``None`` where no output needs one."""
+        if not any(_is_function_backward(n) for n in backward.graph.nodes):
+            return None  # the common case, one pass (a program loaded from the disk cache has no Function)
         placeholders = [n for n in backward.graph.nodes if n.op == "placeholder"]
         saved = {p: SavedIdx(i) for i, p in enumerate(placeholders[: layout.num_saved_tensors])}
         tangents = set(placeholders[layout.num_saved :])
