@@ -9,7 +9,8 @@ sources for it. The names, by what they are for:
 
 * the protocol: the request a stage lowers, what it returns, its spec and
   errors, the plugin hook marker, stamping its graphs, tracing; a tool's
-  spec (a package that is not a compile-time stage);
+  spec (a package that is not a compile-time stage); an implementation
+  imported when the stage first runs (``LazyImpl``);
 * facts about ops (``conveyor.analysis.schema``): which ops view, write, are random or
   must run, and their aliasing;
 * facts about one program: the program record (``Program``, its typed index
@@ -56,7 +57,7 @@ from conveyor.frontend.function_records import undefined_grads as function_grads
 from conveyor.protocol.artifacts import reducible
 from conveyor.protocol.config import resolve
 from conveyor.protocol.hookspecs import hookimpl
-from conveyor.protocol.lazy import lazy_names
+from conveyor.protocol.lazy import LazyImpl, lazy_names
 from conveyor.protocol.lowering import eager_lowering, warn_eager
 from conveyor.protocol.pipeline import Pipeline
 from conveyor.protocol.plugins import Plugins
@@ -77,6 +78,7 @@ __all__ = [
     "InputIdx",
     "InputInfo",
     "Layout",
+    "LazyImpl",
     "Lowering",
     "OpAliasing",
     "OutputIdx",

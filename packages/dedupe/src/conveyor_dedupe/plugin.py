@@ -1,4 +1,6 @@
-"""Registers the ``dedupe`` stage (entry point ``conveyor: dedupe``)."""
+"""Registers the ``dedupe`` stage (entry point ``conveyor: dedupe``); its
+implementation is imported when it first runs (Note [Stage implementations
+imported when they run] in ``conveyor.protocol.lazy``)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ from collections.abc import Callable
 
 import conveyor
 from conveyor import StageSpec
+from conveyor.stage_api import LazyImpl
 
-from conveyor_dedupe.stage import Dedupe, cache_key
+from conveyor_dedupe.keys import cache_key
 
 
 @conveyor.hookimpl
@@ -16,7 +19,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
         StageSpec(
             name="dedupe",
             kind="wrapper",
-            impl=Dedupe(),
+            impl=LazyImpl("conveyor_dedupe.stage", "Dedupe"),
             before=("synthetic_base", "functionalize"),
             reads=("aliasing",),
             cache_key=cache_key,

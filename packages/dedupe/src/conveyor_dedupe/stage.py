@@ -19,9 +19,12 @@ import conveyor
 import torch
 import torch.fx
 from conveyor import CompiledFn, Lowering, Request
-from conveyor.stage_api import CallSignature, reducible
+from conveyor.stage_api import reducible
 
+from conveyor_dedupe.keys import cache_key
 from conveyor_dedupe.mapping import DedupeMap
+
+__all__ = ["Dedupe", "cache_key"]
 
 
 class Dedupe:
@@ -54,11 +57,3 @@ def _deduping(compiled: CompiledFn, mapping: DedupeMap) -> CompiledFn:
 
     return reducible(run, _deduping, compiled, mapping)  # Note [Picklable run-time callables] in conveyor.protocol.artifacts
 
-
-def cache_key(signature: CallSignature) -> tuple[int, ...]:
-    """Which flat arguments are the same tensor object: ``f(x, x)`` and
-    ``f(x, y)`` compile separately. Where the call's signature (Note [The
-    call signature], one storage scan per call) says that no two tensor
-    inputs share a storage, none is passed twice: ``()``, with no scan of
-    our own; otherwise its ``same`` positions."""
-    return () if signature.unshared else signature.same

@@ -39,12 +39,6 @@ from conveyor_inductor.offsets import misplaced_input
 from conveyor_inductor.probe import STAGE, require_cxx
 from conveyor_inductor.specs import describe_inputs
 
-OPTIONS: dict[str, Any] = {
-    # Inductor configuration for this backend's compiles, as torch._inductor.config.patch takes it
-    # ({"fallback_random": True}, {"cpp.simdlen": 0}); part of the compile-cache key
-    "config": {},
-}
-
 
 class InductorBackend:
     """Compiles a request's graph with Inductor into an

@@ -1,4 +1,6 @@
-"""Registers the ``synthetic_base`` stage (entry point ``conveyor: synthetic_base``)."""
+"""Registers the ``synthetic_base`` stage (entry point ``conveyor:
+synthetic_base``); its implementation is imported when it first runs (Note
+[Stage implementations imported when they run] in ``conveyor.protocol.lazy``)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,9 @@ from collections.abc import Callable
 
 import conveyor
 from conveyor import StageSpec
+from conveyor.stage_api import LazyImpl
 
-from conveyor_synthetic_base.stage import SyntheticBaseStage, cache_key
+from conveyor_synthetic_base.sharing import cache_key
 
 
 @conveyor.hookimpl
@@ -16,7 +19,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
         StageSpec(
             name="synthetic_base",
             kind="wrapper",
-            impl=SyntheticBaseStage(),
+            impl=LazyImpl("conveyor_synthetic_base.stage", "SyntheticBaseStage"),
             after=("dedupe",),
             before=("functionalize",),
             reads=("aliasing", "writing_nodes", "meta"),

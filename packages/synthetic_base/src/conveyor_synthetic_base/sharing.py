@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from conveyor.stage_api import Layout
+from conveyor.stage_api import CallSignature, Layout
 
 from conveyor_synthetic_base.mapping import OuterIdx
 
@@ -86,3 +86,11 @@ def shared_storages(flat: Sequence[Any], groups: Sequence[int]) -> tuple[SharedS
             )
         )
     return tuple(shared)
+
+
+def cache_key(signature: CallSignature) -> Any:
+    """The inputs that share storage: their layouts, dtypes, requires_grad,
+    and which of them view one tensor (overlap follows from the layouts).
+    ``()`` at once where the call's signature (Note [The call signature])
+    says no two share one; otherwise grouped by its storage groups."""
+    return () if signature.unshared else shared_storages(signature.inputs, signature.groups)

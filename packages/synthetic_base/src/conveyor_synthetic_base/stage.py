@@ -23,7 +23,6 @@ import torch
 from conveyor import CompiledFn, Lowering, Request, stage_api
 from conveyor.stage_api import (
     STORAGE_ADDRESSING_REASON,
-    CallSignature,
     as_strided_of_part,
     is_view,
     overlaps_itself,
@@ -36,7 +35,9 @@ from conveyor_synthetic_base.analysis import mutations
 from conveyor_synthetic_base.epilogue import OutputLayout, UserOutIdx
 from conveyor_synthetic_base.mapping import BaseMap, OuterIdx
 from conveyor_synthetic_base.plan import plan
-from conveyor_synthetic_base.sharing import shared_storages
+from conveyor_synthetic_base.sharing import cache_key, shared_storages
+
+__all__ = ["SyntheticBaseStage", "cache_key"]
 
 
 class SyntheticBaseStage:
@@ -141,10 +142,3 @@ def _wrapped(compiled: CompiledFn, mapping: BaseMap, layout: OutputLayout) -> Co
 
     return reducible(run, _wrapped, compiled, mapping, layout)  # Note [Picklable run-time callables] in conveyor.protocol.artifacts
 
-
-def cache_key(signature: CallSignature) -> Any:
-    """The inputs that share storage: their layouts, dtypes, requires_grad,
-    and which of them view one tensor (overlap follows from the layouts).
-    ``()`` at once where the call's signature (Note [The call signature])
-    says no two share one; otherwise grouped by its storage groups."""
-    return () if signature.unshared else shared_storages(signature.inputs, signature.groups)

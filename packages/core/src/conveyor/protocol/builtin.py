@@ -1,12 +1,14 @@
-"""The core's own plugin: runs stages, and contributes the ``eager`` backend."""
+"""The core's own plugin: runs stages, and contributes the ``eager`` backend
+(imported when it first compiles: Note [Stage implementations imported when
+they run] in ``conveyor.protocol.lazy``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from conveyor.protocol.backends.eager import EagerBackend
 from conveyor.protocol.hookspecs import hookimpl
+from conveyor.protocol.lazy import LazyImpl
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
 
 
@@ -16,7 +18,7 @@ def conveyor_register_stages(register: Callable[[StageSpec], None]) -> None:
         StageSpec(
             name="eager",
             kind="backend",
-            impl=EagerBackend(),
+            impl=LazyImpl("conveyor.protocol.backends.eager", "EagerBackend"),
             description="runs the final FX graph with aten (the reference backend)",
             fuses_pointwise=False,  # one call per op: a recomputed op costs a call (Note [Facts of the backend])
         )

@@ -17,6 +17,7 @@ import pluggy
 
 from conveyor.errors import PipelineError
 from conveyor.protocol import hookspecs
+from conveyor.protocol.lazy import LazyImpl
 from conveyor.protocol.stage import CompiledFn, Lowering, Request, StageSpec
 from conveyor.protocol.tool import ToolSpec
 
@@ -123,6 +124,7 @@ class Plugins:
             for spec in specs:
                 if not isinstance(spec, kind):
                     raise PipelineError(f"plugin {plugin_name!r} registered {spec!r}, not a {kind.__name__}")
+                _check_impl(spec, plugin_name)
                 if spec.name in found:
                     raise PipelineError(
                         f"{what} {spec.name!r} is registered twice: by {found[spec.name][1]!r} and by {plugin_name!r}"
@@ -141,6 +143,22 @@ class Plugins:
     @property
     def manager(self) -> pluggy.PluginManager:
         return self._pm
+
+
+def _check_impl(spec: StageSpec | ToolSpec, plugin: str) -> None:
+    """A stage implementation imported when the stage runs is found now,
+    unimported (Note [Stage implementations imported when they run] in
+    ``conveyor.protocol.lazy``)."""
+    impl = getattr(spec, "impl", None)
+    if not isinstance(impl, LazyImpl):
+        return
+    try:
+        impl.check()
+    except Exception as exc:  # a misspelt module: the build fails, naming the plugin
+        raise PipelineError(
+            f"plugin {plugin!r}: stage {spec.name!r}'s implementation {impl.module}.{impl.name} "
+            f"cannot be found: {exc!r}"
+        ) from exc
 
 
 def _from(ep: importlib.metadata.EntryPoint) -> str:
