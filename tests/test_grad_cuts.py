@@ -132,3 +132,18 @@ def test_a_custom_op_over_tensor_lists_carries_gradient(entry: str, fn: Any) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no eager fallback
         check(fn, torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True), compile=ENTRIES[entry])
+
+
+def test_a_gradient_of_a_gradient_inside_the_program_is_eagers() -> None:
+    """Note [Gradients of gradients in a program]: a physics-informed loss
+    (the gradient of u in x, taken with create_graph=True, then squared) gave
+    the weights a gradient that missed every path through a saved output
+    (tanh's), silently (h_sweep5 B8); it now runs eagerly, warned."""
+
+    def loss(x, w):
+        u = (x * w).tanh()
+        (ux,) = torch.autograd.grad(u.sum(), x, create_graph=True)
+        return (ux**2).sum() + u.sum()
+
+    with pytest.warns(UserWarning, match="create_graph=True"):
+        check(loss, torch.randn(5, requires_grad=True), torch.randn(5, requires_grad=True), compile=conveyor.compile)

@@ -63,10 +63,12 @@ class CompiledFunction(torch.autograd.Function):
         args = layout.backward_args(tensors, ctx.symbols, grads_in)
         if not torch.is_grad_enabled():  # the engine runs backward with grad mode off unless create_graph=True
             return plan.function_grads(plan.run(args, tensors))
+        leaves = _leaf_inputs(ctx, layout.num_inputs)
+        if any(node is not None and leaf is None for (node, _), leaf in zip(_edges(ctx, layout.num_inputs), leaves)):
+            raise RuntimeError(f"{DOUBLE_BACKWARD_PAST_INPUTS} (Note [Gradients that cannot be differentiated])")
         with torch.no_grad():
             grads = plan.run(args, tensors)
-        result = _poisoned(layout.input_grads(grads), _leaf_inputs(ctx, layout.num_inputs))
-        return function_grads(result)
+        return function_grads(_poisoned(layout.input_grads(grads), leaves))
 
 
 def _is_view_tensor(out: Any) -> bool:
@@ -87,25 +89,48 @@ def _own_view(out: Any, args: Sequence[Any]) -> Any:
     return out
 
 
+def _edges(ctx: Any, n: int) -> Sequence[Any]:
+    """This node's edges to its last ``n`` inputs."""
+    return ctx.next_functions[-n:] if n else ()
+
+
 def _leaf_inputs(ctx: Any, n: int) -> list[Any]:
     """The leaf tensors behind this node's last ``n`` inputs (``None`` for
     the others), read off the backward node's edges: no forward cost."""
-    edges = ctx.next_functions[-n:] if n else ()
-    return [getattr(node, "variable", None) if node is not None else None for node, _ in edges]
+    return [getattr(node, "variable", None) if node is not None else None for node, _ in _edges(ctx, n)]
+
+
+# Note [Gradients that cannot be differentiated]: with ``create_graph=True``
+# the gradients a compiled program gives its inputs carry an error node that
+# raises when they are differentiated. The engine prunes a node that has no
+# path to what ``torch.autograd.grad`` differentiates for, so an error node
+# tied to its own input only was skipped when the gradient was differentiated
+# for the weights: their gradient silently missed the gradient's part
+# (h_sweep5 B5, a LayerNorm's input gradient taken inside a program behind
+# dynamo, then differentiated for the LayerNorm's weight). So each gradient's
+# error node is tied to every leaf input of the program, and where an input
+# that gets a gradient is no leaf (its history lies before the program, which
+# no tensor here can reach), the backward itself raises at once.
+DOUBLE_BACKWARD_PAST_INPUTS = (
+    "conveyor stage 'autograd': a gradient taken with create_graph=True through a compiled program whose inputs "
+    "are computed by earlier operations cannot be differentiated again, and the program's backward graph is "
+    "compiled without autograd; compute higher-order gradients eagerly"
+)
 
 
 def _poisoned(grads: Sequence[Any], leaves: Sequence[Any]) -> list[Any]:
     """Gradients that raise :data:`DOUBLE_BACKWARD` when differentiated.
 
-    Each one is also tied to the leaf input it is the gradient of, so that
-    ``torch.autograd.grad(grad, leaf)`` reaches the error instead of failing
-    with "not used in the graph"."""
+    Each one is also tied to every leaf input of the program, so that
+    ``torch.autograd.grad(grad, leaf)`` reaches the error for any of them
+    instead of failing with "not used in the graph", or returning another
+    path's gradient only (Note [Gradients that cannot be differentiated])."""
     out = list(grads)
+    tied = tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
     for i, g in enumerate(grads):
         if g is None:
             continue
-        leaf = leaves[i] if i < len(leaves) else None
-        sources = (g.detach().requires_grad_(True),) + ((leaf,) if isinstance(leaf, torch.Tensor) else ())
+        sources = (g.detach().requires_grad_(True), *tied)
         wrapped = torch._C._functions.DelayedError(DOUBLE_BACKWARD, len(sources))(*sources)
         out[i] = wrapped[0] if isinstance(wrapped, tuple) else wrapped
     return out

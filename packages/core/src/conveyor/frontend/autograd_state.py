@@ -72,6 +72,18 @@ _AUTOGRAD_HOOKS = {
     torch.autograd.backward: "calls torch.autograd.backward, which accumulates gradients into the leaves' .grad",
 }
 _GRAD = torch._C.TensorBase.__dict__["grad"]
+# Note [Gradients of gradients in a program]: ``torch.autograd.grad(y, x,
+# create_graph=True)`` in a program (a gradient penalty, a physics-informed
+# loss) is traced below autograd: the engine's backward ops become ordinary
+# nodes, and a saved output the backward reads (``exp``'s result) is unpacked
+# through a ``detach``, which the stages take for a gradient cut. The
+# gradient's value is right, but differentiating it again, inside the program
+# or after it, silently missed every path through such saved values (h_sweep5
+# B8: d/dx of d/dx exp(sin x) lost its cos x factor). Such a program runs
+# eagerly, with a warning (torch.function mode sees the call with its
+# arguments normalized to keywords). A gradient taken without
+# ``create_graph`` is a value, and is captured.
+_AUTOGRAD_GRAD = torch.autograd.grad
 _DESCRIPTOR_CALLS = ("__get__", "__set__", "__delete__")
 
 
@@ -102,6 +114,11 @@ class AutogradStateWatcher(TorchFunctionMode):
         if hooked is not None or (call in _DESCRIPTOR_CALLS and getattr(func, "__self__", None) is _GRAD):
             what = hooked or "reads or sets a tensor's .grad"
             raise DynamoSplits(f"it {what} (Note [Hooks and gradients a program reaches])")
+        if func is _AUTOGRAD_GRAD and kwargs.get("create_graph"):
+            raise EagerFallback(
+                "it calls torch.autograd.grad with create_graph=True, whose gradient a graph records as values, "
+                "not as something to differentiate again (Note [Gradients of gradients in a program])"
+            )
         if kwargs.get("requires_grad") is True:  # Note [Leaves the program makes]
             raise DynamoSplits(
                 f"it makes a new leaf that requires grad ({getattr(func, '__name__', func)}(..., requires_grad=True); "
