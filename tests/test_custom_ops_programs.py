@@ -30,6 +30,9 @@ B5 = "dynamo entry: the create_graph=True grad made in the program cannot be dif
 B6 = "inductor stage: GuardOnDataDependentSymNode on a custom op with data-dependent sizes (B6)"
 M1 = "compiled runs a write through an expanded view that eager refuses (M1; aot_eager alike)"
 T1 = "torch's inductor: wrong values for the second result of an out-tagged op with two out= arguments (T1)"
+B10 = "inductor backend on torch 2.14: conveyor_autograd's mkldnn_rnn_layer fake kernel gives a wrong workspace size (B10)"
+#: xfails that hold on some torch builds only (B10: 2.14.1's mkldnn RNN workspace)
+NOT_STRICT = {B10}
 T2 = "torch's inductor: 'getitem is not an OpOverload' on a mutable Optional argument left None (T2)"
 #: eager itself raises in the backward (a custom op mutating split's outputs): no comparison
 EAGER_BACKWARD_RAISES = {"af_split"}
@@ -54,6 +57,7 @@ INDUCTOR_XFAIL: dict[tuple[str, str, str], str] = {
     ("da_unbacked_activation_specialized", "*", "*"): B6,
     ("co_mutated_optional_arg_default_none", "*", "*"): T2,
     ("co_custom_op_out_tag_multiple_returns", "*", "*"): T1,
+    ("da_LSTM", "*", "*"): B10,
 }
 
 
@@ -98,7 +102,7 @@ def _run(name: str, entry: str, backend: str, grad: bool, request: pytest.Fixtur
         override = xfail_reason(INDUCTOR_XFAIL, name, entry, grad)
         reason = reason if override is None else override
     if reason:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+        request.applymarker(pytest.mark.xfail(strict=reason not in NOT_STRICT, reason=reason))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="conveyor: (running|compiling)", category=UserWarning)
         cp.run(name, entry, backend, grad)
