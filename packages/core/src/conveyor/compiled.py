@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.nn.parameter import is_lazy
 from torch.utils.hooks import RemovableHandle
 
 from conveyor import dynamo
@@ -25,6 +26,7 @@ from conveyor.frontend.reachable import reached_modules
 from conveyor.frontend.subclasses import boundary_key
 from conveyor.frontend.wrappers import refuse_distributed_wrapper
 from conveyor.protocol.config import Config, resolve
+from conveyor.protocol.lowering import warn_eager
 from conveyor.protocol.pipeline import Pipeline, StageGraph
 from conveyor.protocol.plugins import Plugins
 from conveyor.runtime import cache
@@ -115,6 +117,9 @@ class Compiled:
                     entry = guard.entry
                     break
         if entry is None:
+            if any(map(is_lazy, flat)):  # Note [Lazy modules]
+                warn_eager(program_name(self.fn), "its lazy modules make their parameters on this call (Note [Lazy modules])")
+                return self.fn(*args, **kwargs)
             if in_spec is None:
                 in_spec = _positional_spec(len(args))
             call = Call(signature, spec_key, values, in_spec, leaves, constants, objects)
@@ -131,6 +136,13 @@ class Compiled:
         outs = entry.compiled([*flat, *entry.closure] if entry.closure else flat)
         return entry.layout.unflatten_outputs(outs, objects.containers if objects is not None else ())
 
+    # Note [Lazy modules]: a module with lazy layers (``nn.LazyLinear``) makes
+    # its parameters on its first call, from the input's shape; until then
+    # they are ``UninitializedParameter``s, which have no shape to key or
+    # capture (the call raised). A call that meets one, before any key is
+    # made, runs the program eagerly, with a warning: it makes the parameters
+    # (and removes the lazy modules' pre-hooks, so the module's hooks changed
+    # and its calls are keyed again), and the next call compiles.
     def _lookup(self, key: CallKey, call: Call) -> Entry:
         """The entry of this call's full key: cached, or compiled now."""
         entry = self.entries.get(key)
