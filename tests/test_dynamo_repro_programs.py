@@ -124,24 +124,11 @@ def test_every_program(name: str, grad: bool, entry: str, request: pytest.Fixtur
 
 
 B10 = "inductor backend: torch.rand in the program fails Inductor's lowering (replace_random.py not run) (B10)"
-B11 = "inductor backend: torch.cond / map with grad fails the compile: autograd stage KeyError 'val' (B11)"
 
 #: (name, entry, grad) -> reason, for the inductor subset (the eager backend's XFAIL does not apply)
 INDUCTOR_XFAIL: dict[tuple[str, str, str], str] = {
-    ("hop_cond_after_and_before_inplace", "conveyor", "grad"): B11,
-    ("hop_cond_after_and_before_inplace", "dynamo", "grad"): B11,
-    ("hop_cond_closure_over_tensor", "conveyor", "grad"): B11,
-    ("hop_cond_closure_over_tensor", "dynamo", "grad"): B11,
-    ("hop_cond_multiple_outputs", "conveyor", "grad"): B11,
-    ("hop_cond_multiple_outputs", "dynamo", "grad"): B11,
-    ("hop_cond_on_mutated_input", "conveyor", "grad"): B11,
-    ("hop_cond_on_mutated_input", "dynamo", "grad"): B11,
-    ("hop_cond_two_operands", "conveyor", "grad"): B11,
-    ("hop_cond_two_operands", "dynamo", "grad"): B11,
-    ("hop_map_multiple_outputs", "conveyor", "grad"): B11,
-    ("hop_map_multiple_outputs", "dynamo", "grad"): B11,
-    ("hop_map_with_args", "conveyor", "grad"): B11,
-    ("hop_map_with_args", "dynamo", "grad"): B11,
+    ("hop_cond_after_and_before_inplace", "conveyor", "grad"): M1,
+    ("hop_cond_after_and_before_inplace", "dynamo", "grad"): M1,
     ("module_param_inplace_no_grad", "conveyor", "grad"): M1,
     ("module_param_inplace_no_grad", "dynamo", "grad"): M1,
     ("rng_generator_state_twice", "conveyor", "grad"): B10,
