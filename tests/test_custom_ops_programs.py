@@ -8,7 +8,7 @@ on their OpInfo samples.
 Default run: a representative set on both entries. Slow (``--runslow``): every
 program on both entries, every custom_op_db sample, and every program through the
 inductor backend. A known bug is a strict xfail naming it (the sweep's report:
-/work/reports/s10/h_sweep5.md: bugs B1..B9 (B1 fixed but for B1b), deviations M1, torch limitations L1, L2, T2).
+/work/reports/s10/h_sweep5.md: bugs B1..B9 (B1 and B1b fixed), deviations M1, torch limitations L1, L2, T2).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import custom_ops_programs as cp  # noqa: E402
 
-B1b = "a custom op returning (list[Tensor], int) still drops out of autograd after 0ad9eb5 (B1b)"
 L1 = "torch's functionalization refuses a custom op whose output aliases its input (L1; aot_eager alike)"
 L2 = "torch's auto_functionalize fails on a mutated list[Optional[Tensor]] argument (L2; aot_eager alike)"
 B4 = "dynamo entry: an autograd.Function whose backward writes into a gradient fails the autograd stage (B4)"
@@ -48,7 +47,7 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("da_aot_autograd_expand_mutation_error", "*", "*"): M1,
 }
 #: custom_op_db (op name, grad) -> reason
-DB_XFAIL: dict[tuple[str, bool], str] = {("NumpySplitCopyWithIntCustomOp", True): B1b}
+DB_XFAIL: dict[tuple[str, bool], str] = {}  # (B1b, a custom op returning (list[Tensor], int), is fixed)
 #: through the inductor backend (conveyor.compile): (name, "conveyor", grad) -> reason; it
 #: replaces XFAIL's entry ("" where the inductor backend passes what the eager one fails)
 INDUCTOR_XFAIL: dict[tuple[str, str, str], str] = {

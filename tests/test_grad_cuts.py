@@ -118,11 +118,25 @@ _split.register_fake(lambda x: [t.clone() for t in x.split(2)])
 _split.register_autograd(lambda ctx, gs: torch.cat(gs))
 
 
+@torch.library.custom_op("conveyor_test::grad_cuts_split_n", mutates_args=())
+def _split_n(x: torch.Tensor) -> tuple[list[torch.Tensor], int]:
+    return [t.clone() for t in x.split(2)], 2
+
+
+_split_n.register_fake(lambda x: ([t.clone() for t in x.split(2)], 2))
+_split_n.register_autograd(lambda ctx, gs, _n: torch.cat(gs))
+
+
+def _split_n_scaled(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    parts, n = _split_n(a * b)
+    return tuple(t * n for t in parts)
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize(
     "fn",
-    [lambda a, b: _cat([a, b * 2]).sin(), lambda a, b: tuple(t * 2 for t in _split(a * b))],
-    ids=["tensor_list_argument", "tensor_list_result"],
+    [lambda a, b: _cat([a, b * 2]).sin(), lambda a, b: tuple(t * 2 for t in _split(a * b)), _split_n_scaled],
+    ids=["tensor_list_argument", "tensor_list_result", "tensor_list_and_int_result"],
 )
 def test_a_custom_op_over_tensor_lists_carries_gradient(entry: str, fn: Any) -> None:
     """Note [Custom ops called with grad]: torch binds the Function of a custom

@@ -146,9 +146,12 @@ def recorded_with_grad(op: str | None = None) -> Iterator[None]:
     if mark is None:
         return
     made = _made_since(mark)
-    if op is not None:  # the op's nodes, and the elements taken from their results
+    if op is not None:  # the op's nodes, and the elements taken from their results, at any depth
         ops = {n for n in made if isinstance(n.target, torch._ops.OpOverload) and n.target._schema.name == op}
-        made = [n for n in made if n in ops or (n.target is operator.getitem and n.args[0] in ops)]
+        for n in reversed(made):  # oldest first: an element's element comes after it
+            if n.target is operator.getitem and n.args[0] in ops:
+                ops.add(n)
+        made = [n for n in made if n in ops]
     for node in made:
         node.meta.pop(GRAD_META, None)
 
