@@ -12,6 +12,7 @@ pooling's two outputs] in ``conveyor_triton.max_pool``).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -98,13 +99,26 @@ _TORCH_GELU = get_decompositions([aten.gelu])[aten.gelu.default]
 
 
 def _gelu(x: torch.Tensor, approximate: str = "none") -> Any:
-    """torch's GELU decomposition, and eager's value at +inf: eager's CPU
-    kernel for the erf form gives NaN there (its vectorized erf), the formula
-    inf. On CUDA eager gives inf, as the formula does."""
+    """torch's GELU decomposition, and eager's value at +inf: on some CPUs
+    eager's kernel for the erf form gives NaN there (its vectorized erf, which
+    depends on the vector instructions the CPU has), the formula inf; on
+    others, and on CUDA, eager gives inf, as the formula does. Which one this
+    CPU's eager gives is probed (:func:`_cpu_gelu_nan_at_inf`)."""
     y = _TORCH_GELU(x, approximate=approximate)
     if approximate != "none" or x.device.type != "cpu" or not x.is_floating_point():
         return y
+    if not _cpu_gelu_nan_at_inf(x.dtype):
+        return y
     return torch.where(x == float("inf"), float("nan"), y)
+
+
+@functools.cache
+def _cpu_gelu_nan_at_inf(dtype: torch.dtype) -> bool:
+    """Eager's exact GELU on this CPU gives NaN at +inf, for a tensor long
+    enough for its vectorized loop and for a single element alike."""
+    with torch.utils._python_dispatch._disable_current_modes():  # real tensors, recorded by no trace
+        probes = [torch.full((n,), math.inf, dtype=dtype) for n in (1, 64)]
+        return all(bool(torch.isnan(torch.nn.functional.gelu(p)).all()) for p in probes)
 
 
 # kept whole: matmul-bound (they run as aten anyway), and the CPU flash
