@@ -29,7 +29,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from conveyor.analysis.signature import CallSignature
 from conveyor.errors import DataDependentError, EagerFallback, StageError, refuses_symbols
 from conveyor.frontend import functions, subclasses
-from conveyor.frontend.autograd_state import watching_user_code
+from conveyor.frontend.autograd_state import sets_data, watching_user_code
 from conveyor.frontend.capture import trace_user
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.fallback import watching_capture
@@ -65,38 +65,6 @@ class DynamoEntry:
 
     compiled: CompiledFn | None
     stage_graphs: Graphs = ()
-
-
-def _sets_data(node: torch.fx.Node) -> bool:
-    """Note [Data set behind dynamo]: for ``x.data = y`` dynamo's graph holds,
-    on torch 2.11 to 2.13, a ``set_`` under ``no_grad`` and then a Python
-    function of its own that lowers ``x``'s version counter by one, as eager's
-    ``.data`` setter leaves it; from torch 2.14, ``aten.shallow_copy_data_``
-    under ``no_grad`` (an op: conveyor's stages see it as a storage swap,
-    which keeps ``x``'s value but not what autograd records for it). A trace
-    records the version call as nothing, so the functional program's version
-    counter (and what autograd checks against it, and which elements its
-    gradient reaches) differed from eager's; replayed, ``shallow_copy_data_``
-    sent ``x``'s gradient through the swapped-in value (a random-program
-    fuzzer found both). Either graph runs eagerly, with a warning, as
-    ``conveyor.compile`` runs a program that sets ``.data`` (Note [Autograd
-    state changed by the program])."""
-    if node.op != "call_function":
-        return False
-    if node.target in _SHALLOW_COPY_DATA:
-        return True
-    return getattr(node.target, "__name__", None) == "_lower_version_count_by_1"
-
-
-def _shallow_copy_data() -> tuple[Any, ...]:
-    """The op dynamo records for ``x.data = y`` from torch 2.14, as its graphs
-    name it (the packet) and as a trace does (the overload); none where the
-    installed torch has no such op."""
-    packet = getattr(torch.ops.aten, "shallow_copy_data_", None)
-    return () if packet is None else (packet, packet.default)
-
-
-_SHALLOW_COPY_DATA = _shallow_copy_data()
 
 
 class DynamoCompiled:
@@ -190,7 +158,7 @@ class DynamoCompiled:
     def _compile(self, fakes: Sequence[Any], fake_mode: Any, items: dict[int, Any]) -> DynamoEntry:
         """The compiled graph (``compiled`` ``None`` where it must run eagerly, warned)."""
         gm = with_constant_items(self._traced, items)
-        if any(_sets_data(n) for n in gm.graph.nodes):
+        if any(sets_data(n) for n in gm.graph.nodes):
             warn_eager("a dynamo graph", "it sets a tensor's .data (Note [Data set behind dynamo])")
             return DynamoEntry(None)
         pre = dynamo_key.Precapture.of(self.pipeline, gm, fakes, torch.is_grad_enabled())  # Note [Keyed before capture]

@@ -14,8 +14,7 @@ mode.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +23,12 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from conveyor.analysis.grad_regions import detach_no_grad_results, trace_below_autograd
-from conveyor.errors import DataDependentError, EagerFallback
+from conveyor.errors import DataDependentError
 from conveyor.frontend import subclasses
 from conveyor.frontend.aliased_returns import arguments_for_returns
 from conveyor.frontend.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.frontend.closure import trace_closing_over
+from conveyor.frontend.grad_mode_kept import grad_mode_kept
 from conveyor.frontend.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 from conveyor.frontend.reachable import StateWatch, hook_dicts, refuse_changed_containers
 from conveyor.frontend.stand_ins import stand_ins_of
@@ -312,34 +312,8 @@ def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: An
     (see ``conveyor.analysis.grad_regions``); tensor subclass inputs and outputs are
     traced as their inner tensors, and the result carries their boundary
     (Note [Tensor subclasses])."""
-    with _grad_mode_kept():  # Note [A program that leaves grad mode changed]
+    with grad_mode_kept():  # Note [A program that leaves grad mode changed]
         return _trace_user(fn, fake_inputs, fake_mode)
-
-
-# Note [A program that leaves grad mode changed]: ``torch.set_grad_enabled(False)``
-# called (not entered) in a program changes the caller's grad mode for what
-# follows the call, and outputs computed before it keep their history. A
-# graph has no way to say so: its grad-mode switches are regions inside it
-# (Note [Gradient cuts below autograd]). The trace ran the switch for real,
-# so it would have left the capturing thread's mode changed once (the first
-# call's outputs came back without history, later calls changed nothing), and
-# behind dynamo the compiled graph left the mode as it found it (h_sweep5 B7).
-# So a trace that ends in another grad mode than it began puts the mode back
-# and the program runs eagerly, with a warning; behind dynamo, the graph
-# runs as dynamo made it, which sets the mode.
-@contextlib.contextmanager
-def _grad_mode_kept() -> Iterator[None]:
-    before = torch.is_grad_enabled()
-    try:
-        yield
-    finally:
-        after = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(before)
-    if after != before:
-        raise EagerFallback(
-            f"it leaves grad mode {'on' if after else 'off'} (torch.set_grad_enabled called, not entered), "
-            "which a graph cannot replay (Note [A program that leaves grad mode changed])"
-        )
 
 
 def _trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> Traced:
