@@ -33,6 +33,26 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_default_device(device)
 
 
+@pytest.hookimpl(trylast=True)  # after the test's fixtures are torn down (monkeypatches undone)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """On CUDA, a kernel that fails a device-side assert (eager's own index
+    checks among them) leaves the process's CUDA context unusable, so every
+    later test in the process would fail with it. Such a process ends after
+    the test that caused it; pytest-xdist names that test as the one its
+    worker crashed in and starts a fresh worker for the rest."""
+    if not os.environ.get("CONVEYOR_TEST_DEVICE", "").startswith("cuda"):
+        return
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as exc:  # torch.AcceleratorError: nothing in this process can use the GPU again
+        if "CUDA error" not in str(exc):
+            raise
+        print(f"\n{item.nodeid}: the CUDA context failed ({type(exc).__name__}: {str(exc).splitlines()[0]}); this worker ends")
+        os._exit(3)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--runslow"):
         return

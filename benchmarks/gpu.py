@@ -186,48 +186,51 @@ def main() -> int:
     wanted = [w.replace("_", " ") for w in opts.only.split(",") if w]  # "gpt2_train" for "gpt2 train"
     failures = 0
     rows = []
-    for name, fn, args, kwargs, train in workloads("cuda"):
-        if wanted and not any(w in name for w in wanted):
-            continue
-        inputs = tuple(a.requires_grad_() if train and isinstance(a, torch.Tensor) else a for a in args)
-
-        def checked(compiled: Any, fn: Any = fn, kwargs: dict[str, Any] = kwargs, inputs: tuple[Any, ...] = inputs) -> str:
-            try:
-                check(
-                    lambda *xs: fn(*xs, **kwargs),
-                    *inputs,
-                    compile=lambda f: (lambda *xs: compiled(*xs, **kwargs)),
-                    atol=1e-3,
-                    rtol=1e-3,
-                )
-                return "exact"
-            except Exception as exc:  # reported, and the run goes on to the next workload
-                traceback.print_exc()
-                return f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-
-        verdict = "-"
-        if "conveyor" in systems and not opts.no_check:
-            verdict = checked(conveyor.compile(fn, backend="triton"))
-        times: dict[str, float] = {}
-        for label in systems:
-            try:
-                compiled = _system(label, fn)
-                times[label] = _timed(compiled, inputs, kwargs, train, opts.reps)
-            except Exception as exc:
-                times[label] = float("nan")
-                print(f"{name}: {label} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    try:
+        for name, fn, args, kwargs, train in workloads("cuda"):
+            if wanted and not any(w in name for w in wanted):
                 continue
-            if opts.profile:
+            inputs = tuple(a.requires_grad_() if train and isinstance(a, torch.Tensor) else a for a in args)
+
+            def checked(compiled: Any, fn: Any = fn, kwargs: dict[str, Any] = kwargs, inputs: tuple[Any, ...] = inputs) -> str:
                 try:
-                    _profile(name, label, compiled, inputs, kwargs, train)
-                except Exception as exc:  # a profile is extra: report and go on
-                    print(f"{name}: {label} profile failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            if label == "conveyor" and not opts.no_check:  # again, now that launches are bound
-                again = checked(compiled)
-                verdict = verdict if again == "exact" else f"{verdict}; after timing {again}"
-        failures += "FAILED" in verdict
-        rows.append((name, verdict, times))
-        print(f"{name}: {verdict} " + " ".join(f"{k}={v:.3f}ms" for k, v in times.items()), flush=True)
+                    check(
+                        lambda *xs: fn(*xs, **kwargs),
+                        *inputs,
+                        compile=lambda f: (lambda *xs: compiled(*xs, **kwargs)),
+                        atol=1e-3,
+                        rtol=1e-3,
+                    )
+                    return "exact"
+                except Exception as exc:  # reported, and the run goes on to the next workload
+                    traceback.print_exc()
+                    return f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+            verdict = "-"
+            if "conveyor" in systems and not opts.no_check:
+                verdict = checked(conveyor.compile(fn, backend="triton"))
+            times: dict[str, float] = {}
+            for label in systems:
+                try:
+                    compiled = _system(label, fn)
+                    times[label] = _timed(compiled, inputs, kwargs, train, opts.reps)
+                except Exception as exc:
+                    times[label] = float("nan")
+                    print(f"{name}: {label} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    continue
+                if opts.profile:
+                    try:
+                        _profile(name, label, compiled, inputs, kwargs, train)
+                    except Exception as exc:  # a profile is extra: report and go on
+                        print(f"{name}: {label} profile failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                if label == "conveyor" and not opts.no_check:  # again, now that launches are bound
+                    again = checked(compiled)
+                    verdict = verdict if again == "exact" else f"{verdict}; after timing {again}"
+            failures += "FAILED" in verdict
+            rows.append((name, verdict, times))
+            print(f"{name}: {verdict} " + " ".join(f"{k}={v:.3f}ms" for k, v in times.items()), flush=True)
+    except KeyboardInterrupt:  # a time limit (timeout -s INT): the rows done so far still print
+        print("interrupted: the table holds the workloads finished before", file=sys.stderr)
     print("\n| workload | " + " | ".join(f"{s} ms" for s in systems) + " | " + " | ".join(f"{s}/eager" for s in systems if s != "eager" and "eager" in systems) + " | check |")
     for name, verdict, t in rows:
         ratios = [f"{t[s] / t['eager']:.2f}" for s in systems if s != "eager" and "eager" in systems]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (its own torch and triton, no registry): install conveyor
-# editable on that torch, then run the triton-backend tests with CUDA as the default
-# device, benchmarks/gpu.py (checked and timed on CUDA), optionally the same benchmark's
+# editable on that torch, then run benchmarks/gpu.py (checked and timed on CUDA), the
+# triton-backend tests with CUDA as the default device, optionally the same benchmark's
 # conveyor column from an older tree, and the default suite on CPU. Wheels the machine
 # lacks (hatchling, trove-classifiers, expecttest; transformers and its dependencies in
 # .whl/hf) travel in the ignored .whl/ (carry it: see the device tool's README).
@@ -27,15 +27,15 @@ nvidia-smi -L
 python3 -c "import sys, torch, triton, numpy, conveyor; print(sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, 'conveyor', conveyor.__version__)"
 python3 -c "import transformers; print('transformers', transformers.__version__)" 2>&1 | tail -1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRITON_INTERPRET=0
-if [ "${GPU_TESTS:-}" != 0 ]; then
-  echo "== triton backend tests, CUDA default device"
-  CONVEYOR_TEST_DEVICE=cuda timeout "${GPU_TESTS_TIMEOUT:-150}" python3 -m pytest -p no:cacheprovider -n 8 --timeout 120 -rfE \
-    ${GPU_TESTS:-packages/triton_backend/tests} > "$OUT/pytest_cuda.txt" 2>&1
-  grep -E "^(FAILED|ERROR)" "$OUT/pytest_cuda.txt" | cut -c1-300 | head -60; tail -1 "$OUT/pytest_cuda.txt"
-fi
 if [ "${GPU_BENCH:-1}" != 0 ]; then
   echo "== benchmarks/gpu.py"
-  timeout "${GPU_BENCH_TIMEOUT:-240}" python3 benchmarks/gpu.py --reps 20 ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt" | grep -E "^\||FAILED|failed|skipped|Error" | head -60
+  timeout -s INT -k 20 "${GPU_BENCH_TIMEOUT:-240}" python3 benchmarks/gpu.py --reps 20 ${GPU_BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt" | grep -E "^\||FAILED|failed|skipped|Error" | head -60
+fi
+if [ "${GPU_TESTS:-}" != 0 ]; then
+  echo "== triton backend tests, CUDA default device"
+  CONVEYOR_TEST_DEVICE=cuda timeout -s INT -k 20 "${GPU_TESTS_TIMEOUT:-150}" python3 -m pytest -p no:cacheprovider -n "${GPU_TESTS_WORKERS:-12}" --timeout 120 -rfE \
+    ${GPU_TESTS:-packages/triton_backend/tests} > "$OUT/pytest_cuda.txt" 2>&1
+  grep -E "^(FAILED|ERROR)|crashed" "$OUT/pytest_cuda.txt" | cut -c1-300 | head -60; tail -1 "$OUT/pytest_cuda.txt"
 fi
 if [ -n "${GPU_BEFORE:-}" ]; then
   echo "== benchmarks/gpu.py, conveyor from $GPU_BEFORE"

@@ -92,10 +92,10 @@ def random_steps(seed: int, size: int = 14) -> Steps:
 
 def inputs(alias: bool, seed: int = 0) -> list[torch.Tensor]:
     """Real inputs: ``b`` shares ``a``'s memory when ``alias``."""
-    gen = torch.Generator().manual_seed(seed)
-    a = torch.randn(4, 8, generator=gen)
-    b = a.view(8, 4).t() if alias else torch.randn(4, 8, generator=gen)
-    return [a, b, torch.randn(8, generator=gen)]
+    gen = torch.Generator(device="cpu").manual_seed(seed)  # drawn on the CPU, moved to the default device
+    drawn = [torch.randn(s, generator=gen, device="cpu").to(torch.get_default_device()) for s in [(4, 8), (4, 8), (8,)]]
+    a = drawn[0]
+    return [a, a.view(8, 4).t() if alias else drawn[1], drawn[2]]
 
 
 def trace(fn: Callable[..., Any], args: list[torch.Tensor]) -> torch.fx.GraphModule:

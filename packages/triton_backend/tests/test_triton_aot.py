@@ -80,6 +80,8 @@ def test_gpu_launch_config_chooses_launches_for_a_gpu(triton_only, monkeypatch):
     assert max(tiles) <= 4096  # Note [Launch configuration]: a GPU's tile
     assert any(step.kernel.launch.persistent and step.kernel.launch.rblock == 512 for step in prog.kernels)
     # the interpreter's own launches, also in an --aot-check session (which launches as on a GPU throughout)
+    if torch.get_default_device().type == "cuda":
+        return  # no interpreter here
     monkeypatch.delenv("CONVEYOR_TRITON_LAUNCH_FOR", raising=False)
     here = triton_only()(fn)
     here(torch.randn(65, 300))  # another shape: not served from the disk cache (its key has no launch device)

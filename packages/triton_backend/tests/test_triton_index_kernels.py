@@ -156,10 +156,12 @@ def test_what_stays_aten(triton_only):
     reasons = _fallbacks(result.compiled)
     assert any("several index tensors" in r for r in reasons), reasons
     # every index out of range of an empty dimension: eager raises, so does the aten call
+    if ON_CUDA:  # there eager's raise is a device-side assert (test_triton_index_bounds.py)
+        return
     check(lambda x, i: x.index_select(0, i) + 1, torch.randn(0, 3), torch.tensor([0]), compile=triton_only())
 
 
-def test_an_index_out_of_range_raises_eagers_error(triton_only):
+def test_an_index_out_of_range_raises_eagers_error(triton_only, errors_raised_on_the_host):
     """Note [Indexes out of range] (``conveyor_triton.program``; more in test_triton_index_bounds.py)."""
     result = check(lambda x, i: x.index_select(0, i) + 1, torch.randn(4, 3), torch.tensor([1, 4, -1]), compile=triton_only())
     assert isinstance(result.eager_out, IndexError), result.eager_out
@@ -209,6 +211,9 @@ def test_pooling_fuses_with_users_and_reductions(triton_only):
     assert "sigmoid" not in with_pool.nodes and len(with_pool.nodes) > 1, str(report)
 
 
+ON_CUDA = torch.get_default_device().type == "cuda"
+
+
 def max_pools(x):
     v, i = F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True)
     vd, idd = F.max_pool2d(x, (3, 2), stride=(1, 2), padding=1, dilation=(2, 1), ceil_mode=True, return_indices=True)
@@ -228,7 +233,13 @@ def _with_nan_inf_and_ties(shape, dtype=torch.float32):
 MAX_POOL_CASES = [
     pytest.param(lambda: (_with_nan_inf_and_ties((2, 3, 7, 8)),), id="4d"),
     pytest.param(lambda: (_with_nan_inf_and_ties((3, 9, 6)),), id="3d"),
-    pytest.param(lambda: (_with_nan_inf_and_ties((2, 3, 7, 8)).to(memory_format=torch.channels_last),), id="channels-last"),
+    pytest.param(
+        lambda: (_with_nan_inf_and_ties((2, 3, 7, 8)).to(memory_format=torch.channels_last),),
+        id="channels-last",
+        # measured on an H100, torch 2.11: among tied maxima eager's channels-last CUDA kernel
+        # picked another index than its CPU kernel in 1 of 150 (conveyor picks the CPU's first)
+        marks=pytest.mark.xfail(ON_CUDA, reason="eager CUDA breaks ties in another order", strict=False),
+    ),
     pytest.param(lambda: (_with_nan_inf_and_ties((2, 3, 7, 8), torch.bfloat16),), id="bfloat16"),
 ]
 
@@ -281,7 +292,14 @@ def _pool_backward_args(shape, dtype=torch.float32, channels_last=False):
 POOL_BACKWARD_CASES = [
     pytest.param(lambda: _pool_backward_args((2, 3, 7, 8)), id="4d"),
     pytest.param(lambda: _pool_backward_args((3, 9, 6)), id="3d"),
-    pytest.param(lambda: _pool_backward_args((2, 3, 7, 8), channels_last=True), id="channels-last"),
+    pytest.param(
+        lambda: _pool_backward_args((2, 3, 7, 8), channels_last=True),
+        id="channels-last",
+        # measured on an H100, torch 2.11: eager's CUDA avg_pool2d_backward of a channels-last
+        # input and a contiguous gradient is off by up to 1.37 from a float64 CPU reference;
+        # conveyor's kernels are within 6e-8 of it
+        marks=pytest.mark.xfail(ON_CUDA, reason="eager CUDA's channels-last avg_pool2d_backward is wrong", strict=False),
+    ),
     pytest.param(lambda: _pool_backward_args((2, 3, 7, 8), torch.bfloat16), id="bfloat16"),
 ]
 

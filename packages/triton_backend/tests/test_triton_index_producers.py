@@ -86,7 +86,7 @@ def test_an_expand_with_other_users_stays_a_view(triton_only):
 
 @pytest.mark.parametrize("fn", [token_types, hf_token_types], ids=["gather", "gather-expand"])
 @pytest.mark.parametrize("where", ["producer", "position"])
-def test_indexes_out_of_range_raise_eagers_error(triton_only, where, fn):
+def test_indexes_out_of_range_raise_eagers_error(triton_only, errors_raised_on_the_host, where, fn):
     """On CPU the kernel step computes the recomputed index by the producer's
     aten call to check its range (Note [Indexes out of range])."""
     args = list(_token_args())

@@ -174,7 +174,18 @@ def test_cumsum_over_the_last_dimension(n, launch, static, triton_only):
     # a tree scan adds in another order than eager's loop: float tolerance (one
     # float16 ulp near 1); integers are exact
     tol = 2e-3 if n > 100 else 1e-5
-    result = check(scans, x, i, x > 0, compile=triton_only(static_layouts=static, **launch), atol=tol, rtol=tol)
+    compile = triton_only(static_layouts=static, **launch)
+    if torch.get_default_device().type == "cuda":
+        # measured on an H100, torch 2.11: eager's CUDA cumsum rounds each partial sum of a
+        # float16 row to float16 (n=3000: 0.136 from a float64 reference) where its CPU
+        # kernel and conveyor add in float32 (0.031): that output is held to float64
+        half = x.to(torch.float16)
+        reference = half.double().cumsum(-1)
+        err = lambda t: (t.double() - reference).abs().max().item()  # noqa: E731
+        assert err(compile(lambda h: h.cumsum(-1))(half)) <= err(half.cumsum(-1))
+        result = check(lambda *a: scans(*a)[:4] + scans(*a)[5:], x, i, x > 0, compile=compile, atol=tol, rtol=tol)
+    else:
+        result = check(scans, x, i, x > 0, compile=compile, atol=tol, rtol=tol)
     reports = conveyor_triton.reports(result.compiled)
     assert not [f for r in reports for f in r.fallbacks if "cumsum" in f.target], [str(r) for r in reports]
 

@@ -117,7 +117,7 @@ def test_the_choice_is_kept_beside_the_kernel_and_read_back(triton_only, tmp_pat
     with tuning.tuning_on_cpu(timer):
         check(fn, *make_args(), compile=triton_only(launch_for="cuda", cache_dir=str(tmp_path)), atol=1e-4, rtol=1e-5)
     (record,) = tmp_path.rglob("*.tune.json")
-    choice = json.loads(record.read_text())["cpu"]
+    (choice,) = json.loads(record.read_text()).values()  # one device's choice: "cpu" here
     timer.reset()
 
     def untimed(launch, run):
@@ -132,9 +132,10 @@ def test_the_choice_is_kept_beside_the_kernel_and_read_back(triton_only, tmp_pat
 
 def test_nothing_is_tried_on_cpu_or_with_the_option_off(triton_only, tmp_path):
     fn, make_args = PROGRAMS["pointwise"]
-    result = check(fn, *make_args(), compile=triton_only(launch_for="cuda"))
-    (prog,) = conveyor_triton.programs(result.compiled)
-    assert all(not step._tuned or set(step._tuned.values()) == {step.kernel.launch} for step in prog.kernels)
+    if torch.get_default_device().type == "cpu":  # on CUDA launches are tried: the half below
+        result = check(fn, *make_args(), compile=triton_only(launch_for="cuda"))
+        (prog,) = conveyor_triton.programs(result.compiled)
+        assert all(not step._tuned or set(step._tuned.values()) == {step.kernel.launch} for step in prog.kernels)
 
     def untimed(launch, run):
         raise AssertionError("tuned with autotune off")
