@@ -163,16 +163,20 @@ def _system(label: str, fn: Any) -> Any:
         return fn
     if label == "conveyor":
         return conveyor.compile(fn, backend="triton")
+    if label == "conveyor_graphs":  # Note [CUDA graphs] in conveyor_triton.cuda_graphs
+        return conveyor.compile(fn, backend="triton", stages={"triton": {"cuda_graphs": True}})
     if label == "inductor":
         return torch.compile(fn)
-    raise ValueError(f"unknown system {label!r} (eager, conveyor, inductor)")
+    raise ValueError(f"unknown system {label!r} (eager, conveyor, conveyor_graphs, inductor)")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--only", default="", help="comma-separated substrings of workload names (_ for a space)")
-    parser.add_argument("--systems", default="eager,conveyor,inductor", help="columns to time")
+    parser.add_argument(
+        "--systems", default="eager,conveyor,inductor", help="columns to time (also conveyor_graphs: cuda_graphs on)"
+    )
     parser.add_argument("--no-check", action="store_true", help="time only")
     parser.add_argument("--profile", action="store_true", help="after timing, a profile of each system's step (top ops)")
     opts = parser.parse_args()
@@ -223,7 +227,7 @@ def main() -> int:
                         _profile(name, label, compiled, inputs, kwargs, train)
                     except Exception as exc:  # a profile is extra: report and go on
                         print(f"{name}: {label} profile failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                if label == "conveyor" and not opts.no_check:  # again, now that launches are bound
+                if label.startswith("conveyor") and not opts.no_check:  # again, now that launches are bound (replayed)
                     again = checked(compiled)
                     verdict = verdict if again == "exact" else f"{verdict}; after timing {again}"
             failures += "FAILED" in verdict

@@ -11,6 +11,7 @@ from conveyor.stage_api import timed_step
 
 from conveyor_triton import interpreter
 from conveyor_triton.classify import writes
+from conveyor_triton.cuda_graphs import GraphedProgram, graphs_apply
 from conveyor_triton.decompose import decompose
 from conveyor_triton.kernel_graph import kernel_graph
 from conveyor_triton.lower import lower
@@ -63,6 +64,14 @@ class TritonBackend:
         else:
             gm = request.graph
         static = bool(options.get("static_layouts", True)) and not per_size
+        graphs = bool(options.get("cuda_graphs", False))
+        not_graphed = graphs_apply(request.inputs, mutating, per_size) if graphs else None
+        if graphs:  # Note [CUDA graphs]
+            notes.append(
+                f"cuda_graphs: not recorded: {not_graphed}"
+                if not_graphed
+                else "cuda_graphs: recorded at the second call"
+            )
         program = lower(
             gm, _received_outputs(request), request.label, dict(options), notes, input_aliasing=aliasing, static=static
         )
@@ -77,6 +86,8 @@ class TritonBackend:
             )
         stamp(gm, artifact=program)
         stamp(kernel_graph(gm, program), "kernels")
+        if graphs and not not_graphed and program.launches_kernels:
+            return GraphedProgram(program, request.label)
         return program
 
 

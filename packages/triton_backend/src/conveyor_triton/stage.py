@@ -39,6 +39,9 @@ OPTIONS: dict[str, Any] = {
     # try a few launches of each static kernel at its first launch on a GPU, keep the fastest, and keep the
     # choice beside the kernel on disk (Note [Tuned launches] in conveyor_triton.tuning); never on CPU
     "autotune": True,
+    # record each program's launches into a CUDA graph at its second call and replay it (Note [CUDA graphs]
+    # in conveyor_triton.cuda_graphs): static inputs read in place, others copied in, outputs fresh tensors
+    "cuda_graphs": False,
 }
 
 
