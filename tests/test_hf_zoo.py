@@ -131,9 +131,9 @@ DEFAULT = {
     ("decode", "llama_sdpa", "conveyor"),
     ("decode", "gpt2", "dynamo"),
     ("generate", "llama_sdpa", "conveyor"),
-    # tests/test_hf_inductor.py: one model forward on both entry points (they share most kernels) and a
-    # training run: the two that failed first (GPT-2's view, ViT's convolution layout: conveyor-inductor's CHANGELOG)
-    ("forward", "gpt2", "conveyor_inductor"),
+    # tests/test_hf_inductor.py: one model forward (the entry points share most kernels; the standalone
+    # one's C++ builds took 45 s of CI) and a training run: the two that failed first (GPT-2's view, ViT's
+    # convolution layout: conveyor-inductor's CHANGELOG)
     ("forward", "gpt2", "dynamo_inductor"),
     ("train", "vit", "conveyor_inductor"),
 }
