@@ -31,6 +31,13 @@ def pytest_configure(config: pytest.Config) -> None:
         import torch
 
         torch.set_default_device(device)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # pytest-xdist (-n): each worker process gets its share of the cores, as torch's own
+        # intra-op pool would otherwise take every core in every worker
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.hookimpl(trylast=True)  # after the test's fixtures are torn down (monkeypatches undone)

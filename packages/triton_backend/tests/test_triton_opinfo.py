@@ -29,6 +29,9 @@ INT_OPS = "add sub mul neg abs eq lt ge maximum minimum where bitwise_not bitwis
 # every op in bool and the integer types (the samples in dtypes an op does not support are skipped)
 EXACT_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int64)
 
+# the default (CI) run: bool and int64 stand for the integer types (the narrow ones share their code paths)
+CI_EXACT = (torch.bool, torch.int64)
+
 LIMITS = {torch.float32: 6, torch.float16: 3, torch.bfloat16: 2, torch.int32: 3, **{d: 3 for d in EXACT_DTYPES}}
 
 CASES = [
@@ -40,8 +43,10 @@ CASES = [
     )
     for dtype in (torch.float32, torch.float16, torch.bfloat16)
     for op in OPS
-] + [pytest.param(op, torch.int32, id=f"{op}-int32") for op in INT_OPS] + [
-    pytest.param(op, dtype, id=f"{op}-{str(dtype).removeprefix('torch.')}") for dtype in EXACT_DTYPES for op in OPS
+] + [pytest.param(op, torch.int32, id=f"{op}-int32", marks=pytest.mark.slow) for op in INT_OPS] + [
+    pytest.param(op, dtype, id=f"{op}-{str(dtype).removeprefix('torch.')}", marks=() if dtype in CI_EXACT else pytest.mark.slow)
+    for dtype in EXACT_DTYPES
+    for op in OPS
 ]
 
 
