@@ -250,6 +250,41 @@ def test_grad_mode_set_inside_program(entry: str, call: int) -> None:
     torch.testing.assert_close(cg, eg)
 
 
+@pytest.mark.parametrize("call", [1, 2])
+@pytest.mark.parametrize("entry", ["conveyor"])
+def test_autocast_set_inside_program(entry: str, call: int) -> None:
+    """As test_grad_mode_set_inside_program, for autocast: the program turns CPU
+    autocast on (bfloat16) between two matmuls. Eager's first matmul stays float32,
+    its second is bfloat16, and autocast stays on after the call. The capture's trace
+    left it on, so the first call cast both matmuls, and later calls left it off
+    (Note [A program that leaves grad mode changed]). Behind dynamo (torch 2.13), the
+    dtypes are eager's and autocast is off after the call under every backend,
+    torch.compile(backend="eager") too: dynamo's own handling, not a stage's."""
+    import torch
+
+    def f(x, w):
+        y = x @ w
+        torch.set_autocast_enabled("cpu", True)
+        torch.set_autocast_dtype("cpu", torch.bfloat16)
+        return y, x @ w
+
+    compiled = _entry_compile(entry)(f)
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    dtype = torch.get_autocast_dtype("cpu")
+    try:
+        ref = f(x, w)
+        for _ in range(call):
+            torch.set_autocast_enabled("cpu", False)
+            torch.set_autocast_dtype("cpu", dtype)
+            out = _call(compiled, x, w)
+        assert torch.is_autocast_enabled("cpu"), "autocast was restored by the compiled program"
+    finally:
+        torch.set_autocast_enabled("cpu", False)
+        torch.set_autocast_dtype("cpu", dtype)
+    assert [o.dtype for o in out] == [o.dtype for o in ref] == [torch.float32, torch.bfloat16]
+    torch.testing.assert_close(out, ref)
+
+
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
 def test_overlap_of_mutated_inputs_changes_between_calls(entry: str) -> None:
     """test_inputs_overlapping_with_mutation_recompile: ``a.add_(1)`` for each input, called

@@ -28,7 +28,7 @@ from conveyor.frontend import subclasses
 from conveyor.frontend.aliased_returns import arguments_for_returns
 from conveyor.frontend.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.frontend.closure import trace_closing_over
-from conveyor.frontend.grad_mode_kept import grad_mode_kept
+from conveyor.frontend.modes_kept import modes_kept
 from conveyor.frontend.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 from conveyor.frontend.reachable import StateWatch, hook_dicts, refuse_changed_containers
 from conveyor.frontend.stand_ins import stand_ins_of
@@ -312,7 +312,7 @@ def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: An
     (see ``conveyor.analysis.grad_regions``); tensor subclass inputs and outputs are
     traced as their inner tensors, and the result carries their boundary
     (Note [Tensor subclasses])."""
-    with grad_mode_kept():  # Note [A program that leaves grad mode changed]
+    with modes_kept():  # Note [A program that leaves grad mode changed]
         return _trace_user(fn, fake_inputs, fake_mode)
 
 
