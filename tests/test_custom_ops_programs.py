@@ -285,6 +285,31 @@ def test_autocast_set_inside_program(entry: str, call: int) -> None:
     torch.testing.assert_close(out, ref)
 
 
+@pytest.mark.parametrize("call", [1, 2])
+def test_default_dtype_set_inside_program(call: int) -> None:
+    """The program sets the default dtype to float64 between two factory calls: eager's
+    first ``torch.ones`` is float32, its second float64, and float64 stays the default.
+    The first compiled call made both float64, later ones neither (Note [A program that
+    leaves grad mode changed])."""
+    import torch
+
+    def f(x):
+        a = torch.ones(2) + x
+        torch.set_default_dtype(torch.float64)
+        return a, torch.ones(2) * 2
+
+    compiled = _entry_compile("conveyor")(f)
+    try:
+        ref = f(torch.zeros(2))
+        for _ in range(call):
+            torch.set_default_dtype(torch.float32)
+            out = _call(compiled, torch.zeros(2))
+        assert torch.get_default_dtype() is torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert [o.dtype for o in out] == [o.dtype for o in ref] == [torch.float32, torch.float64]
+
+
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
 def test_overlap_of_mutated_inputs_changes_between_calls(entry: str) -> None:
     """test_inputs_overlapping_with_mutation_recompile: ``a.add_(1)`` for each input, called

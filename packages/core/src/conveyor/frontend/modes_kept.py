@@ -1,5 +1,5 @@
-"""A capture that ends in another grad mode or autocast state than it began:
-put back, and refused."""
+"""A capture that ends in another grad mode, autocast state or default dtype
+than it began: put back, and refused."""
 
 from __future__ import annotations
 
@@ -32,16 +32,19 @@ _AUTOCAST_DEVICES = ("cpu", "cuda")
 # caller. The trace would have left it on, so the first call cast ops before
 # the switch too (a float32 matmul came back bfloat16), and later calls left
 # it off where eager leaves it on. A trace that ends in another autocast state
-# (enabled, dtype, per device type) is put back and refused alike.
+# (enabled, dtype, per device type) is put back and refused alike, and so is
+# one that ends in another default dtype (``torch.set_default_dtype``, whose
+# later factory calls make float64 in eager: the first call made both
+# ``torch.ones`` float64, later calls neither).
 def _state() -> tuple[Any, ...]:
-    return (torch.is_grad_enabled(),) + tuple(
-        (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES
-    )
+    autocast = tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES)
+    return (torch.is_grad_enabled(), torch.get_default_dtype(), *autocast)
 
 
 def _restore(state: tuple[Any, ...]) -> None:
     torch._C._set_grad_enabled(state[0])
-    for d, (enabled, dtype) in zip(_AUTOCAST_DEVICES, state[1:], strict=True):
+    torch.set_default_dtype(state[1])
+    for d, (enabled, dtype) in zip(_AUTOCAST_DEVICES, state[2:], strict=True):
         torch.set_autocast_enabled(d, enabled)
         torch.set_autocast_dtype(d, dtype)
 
@@ -60,8 +63,13 @@ def modes_kept() -> Iterator[None]:
             f"it leaves grad mode {'on' if after[0] else 'off'} (torch.set_grad_enabled called, not entered), "
             "which a graph cannot replay (Note [A program that leaves grad mode changed])"
         )
+    if after[1] != before[1]:
+        raise EagerFallback(
+            f"it leaves the default dtype {after[1]} (torch.set_default_dtype called), "
+            "which a graph cannot replay (Note [A program that leaves grad mode changed])"
+        )
     if after != before:
-        changed = [d for d, a, b in zip(_AUTOCAST_DEVICES, after[1:], before[1:], strict=True) if a != b]
+        changed = [d for d, a, b in zip(_AUTOCAST_DEVICES, after[2:], before[2:], strict=True) if a != b]
         raise EagerFallback(
             f"it leaves autocast changed on {', '.join(changed)} (torch.set_autocast_enabled or "
             "set_autocast_dtype called, not entered), which a graph cannot replay "
