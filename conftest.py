@@ -26,6 +26,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: a long test; runs only with --runslow (nox passes it)")
+    # Note [Tests run once in CI]: CI runs the suite on two torches (.ci/run); a test of machinery
+    # that is the same on every torch (the CLI, the pytest plugin, plugin isolation, the README's
+    # blocks, the fuser's pinned groups, ahead-of-time PTX) is marked once, and the second run
+    # leaves it out (-m "not once"); a plain pytest and nox run it
+    config.addinivalue_line("markers", "once: runs on the first torch of CI only (Note [Tests run once in CI])")
     device = os.environ.get("CONVEYOR_TEST_DEVICE")
     if device:
         import torch

@@ -168,3 +168,7 @@ def test_help_from_python_dash_m() -> None:
 def test_a_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["stages", "--no-such-option"]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+# Note [Tests run once in CI]: this module checks machinery that is the same on every torch;
+# .ci/run's second torch leaves it out (-m "not once")
+pytestmark = pytest.mark.once

@@ -132,3 +132,7 @@ def test_the_suite_is_unchanged_by_installed_plugins(intruders, tmp_path):
     done = _pytest(intruders, [str(tmp_path / "test_suite_pipelines.py")], "-o", "conveyor_plugin_projects=")
     assert done.returncode == 1
     assert "plugin 'broken' (broken_intruder, from conveyor-intruder 9.9) failed to load" in done.stdout
+
+# Note [Tests run once in CI]: this module checks machinery that is the same on every torch;
+# .ci/run's second torch leaves it out (-m "not once")
+pytestmark = pytest.mark.once

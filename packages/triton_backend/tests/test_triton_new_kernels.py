@@ -214,6 +214,7 @@ AOT_RUNS = [
 ]
 
 
+@pytest.mark.once  # Note [Tests run once in CI] (conftest.py)
 def test_new_kernels_compile_for_sm90_and_sm80():
     from test_triton_aot import _compile_all, _program, _record
 

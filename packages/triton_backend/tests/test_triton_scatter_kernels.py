@@ -309,6 +309,7 @@ def _symbolic_runs():
         compiled(torch.randn(n, 4), torch.randint(0, n, (7,)), torch.randn(7, 4))
 
 
+@pytest.mark.once  # Note [Tests run once in CI] (conftest.py)
 def test_scatter_kernels_compile_for_sm90_and_sm80():
     from test_triton_aot import _compile_all, _program, _record
 
