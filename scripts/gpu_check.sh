@@ -3,8 +3,14 @@
 # editable on that torch, then run benchmarks/gpu.py (checked and timed on CUDA), the
 # triton-backend tests with CUDA as the default device, optionally the same benchmark's
 # conveyor column from an older tree, and the default suite on CPU. Wheels the machine
-# lacks (hatchling, trove-classifiers, expecttest; transformers and its dependencies in
-# .whl/hf) travel in the ignored .whl/ (carry it: see the device tool's README).
+# lacks travel in the ignored .whl/ (carry it: see the device tool's README); on
+# 2026-11-27 (H100, Python 3.12, torch 2.11, Triton 3.6, transformers 5.17 already there)
+# these were enough, fetched with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_17_x86_64 -d .whl \
+#     hatchling trove-classifiers editables tomlkit expecttest
+# A run with the defaults took 5 min there (machine start about 30 s, install 20 s, the
+# benchmark 4 min, the triton tests on 12 workers 1-3 min).
 # Logs go to $OUT (or /tmp/gpu_check). Switches:
 #   GPU_TESTS    the tests run on CUDA (default: the triton backend's); GPU_TESTS=0 skips them
 #   GPU_BENCH=0  skips benchmarks/gpu.py; GPU_BENCH_ARGS adds to its arguments
