@@ -310,6 +310,34 @@ def test_default_dtype_set_inside_program(call: int) -> None:
     assert [o.dtype for o in out] == [o.dtype for o in ref] == [torch.float32, torch.float64]
 
 
+@pytest.mark.parametrize("setting", ["deterministic", "matmul_precision"])
+def test_global_settings_set_inside_program(setting: str) -> None:
+    """A program that switches deterministic algorithms on, or sets the float32 matmul
+    precision, leaves the setting changed for its caller in eager, on every call; the
+    compiled program's later calls left it as it was (Note [A program that leaves grad
+    mode changed])."""
+    import torch
+
+    get, put, new = {
+        "deterministic": (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, True),
+        "matmul_precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, "medium"),
+    }[setting]
+
+    def f(x):
+        put(new)
+        return x + 1
+
+    compiled = _entry_compile("conveyor")(f)
+    old = get()
+    try:
+        for _ in range(3):
+            put(old)
+            torch.testing.assert_close(_call(compiled, torch.zeros(2)), torch.ones(2))
+            assert get() == new, f"the compiled program left {setting} at {get()}"
+    finally:
+        put(old)
+
+
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
 def test_overlap_of_mutated_inputs_changes_between_calls(entry: str) -> None:
     """test_inputs_overlapping_with_mutation_recompile: ``a.add_(1)`` for each input, called

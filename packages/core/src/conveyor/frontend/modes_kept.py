@@ -1,10 +1,11 @@
-"""A capture that ends in another grad mode, autocast state or default dtype
-than it began: put back, and refused."""
+"""A capture that ends in another grad mode, autocast state, default dtype or
+other global setting than it began: put back, and refused."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,43 +36,66 @@ _AUTOCAST_DEVICES = ("cpu", "cuda")
 # (enabled, dtype, per device type) is put back and refused alike, and so is
 # one that ends in another default dtype (``torch.set_default_dtype``, whose
 # later factory calls make float64 in eager: the first call made both
-# ``torch.ones`` float64, later calls neither).
-def _state() -> tuple[Any, ...]:
-    autocast = tuple((torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES)
-    return (torch.is_grad_enabled(), torch.get_default_dtype(), *autocast)
+# ``torch.ones`` float64, later calls neither), in another deterministic-algorithms
+# setting or float32 matmul precision (which later calls left as they were, where
+# eager leaves them changed for the caller).
+@dataclass(frozen=True)
+class _Switch:
+    """One thread- or process-global setting a program may change without a context."""
+
+    what: str
+    get: Callable[[], Any]
+    put: Callable[[Any], None]
+    how: str
 
 
-def _restore(state: tuple[Any, ...]) -> None:
-    torch._C._set_grad_enabled(state[0])
-    torch.set_default_dtype(state[1])
-    for d, (enabled, dtype) in zip(_AUTOCAST_DEVICES, state[2:], strict=True):
-        torch.set_autocast_enabled(d, enabled)
-        torch.set_autocast_dtype(d, dtype)
+def _autocast(device: str) -> _Switch:
+    def put(state: tuple[bool, torch.dtype]) -> None:
+        torch.set_autocast_enabled(device, state[0])
+        torch.set_autocast_dtype(device, state[1])
+
+    return _Switch(
+        f"autocast on {device}",
+        lambda: (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)),
+        put,
+        "torch.set_autocast_enabled or set_autocast_dtype called, not entered",
+    )
+
+
+_SWITCHES = (
+    _Switch(
+        "grad mode", torch.is_grad_enabled, torch._C._set_grad_enabled, "torch.set_grad_enabled called, not entered"
+    ),
+    _Switch("the default dtype", torch.get_default_dtype, torch.set_default_dtype, "torch.set_default_dtype called"),
+    _Switch(
+        "deterministic algorithms",
+        lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
+        lambda s: torch.use_deterministic_algorithms(s[0], warn_only=s[1]),
+        "torch.use_deterministic_algorithms called",
+    ),
+    _Switch(
+        "float32 matmul precision",
+        torch.get_float32_matmul_precision,
+        torch.set_float32_matmul_precision,
+        "torch.set_float32_matmul_precision called",
+    ),
+    *(_autocast(d) for d in _AUTOCAST_DEVICES),
+)
 
 
 @contextlib.contextmanager
 def modes_kept() -> Iterator[None]:
-    before = _state()
+    before = [sw.get() for sw in _SWITCHES]
     try:
         yield
     finally:
-        after = _state()
-        if after != before:
-            _restore(before)
-    if after[0] != before[0]:
-        raise EagerFallback(
-            f"it leaves grad mode {'on' if after[0] else 'off'} (torch.set_grad_enabled called, not entered), "
-            "which a graph cannot replay (Note [A program that leaves grad mode changed])"
-        )
-    if after[1] != before[1]:
-        raise EagerFallback(
-            f"it leaves the default dtype {after[1]} (torch.set_default_dtype called), "
-            "which a graph cannot replay (Note [A program that leaves grad mode changed])"
-        )
-    if after != before:
-        changed = [d for d, a, b in zip(_AUTOCAST_DEVICES, after[2:], before[2:], strict=True) if a != b]
-        raise EagerFallback(
-            f"it leaves autocast changed on {', '.join(changed)} (torch.set_autocast_enabled or "
-            "set_autocast_dtype called, not entered), which a graph cannot replay "
-            "(Note [A program that leaves grad mode changed])"
-        )
+        after = [sw.get() for sw in _SWITCHES]
+        for sw, b, a in zip(_SWITCHES, before, after, strict=True):
+            if a != b:
+                sw.put(b)
+    for sw, b, a in zip(_SWITCHES, before, after, strict=True):
+        if a != b:
+            raise EagerFallback(
+                f"it leaves {sw.what} changed ({b} -> {a}; {sw.how}), which a graph cannot replay "
+                "(Note [A program that leaves grad mode changed])"
+            )
