@@ -112,6 +112,18 @@ def test_a_moved_static_input_records_again_then_is_copied(graphed, recordings):
     assert len(recordings) == 2
 
 
+def test_expanded_inputs_are_copied_through_their_memory(graphed, recordings):
+    # an expanded input's buffer has elements that share memory: copy_ into it would raise
+    fn = lambda x, b: (x * b).sin()  # noqa: E731
+    f = graphed(fn)
+    for _ in range(4):
+        x, b = torch.randn(8, 32), torch.randn(32).expand(8, 32)  # new memory each call: copied
+        torch.testing.assert_close(f(x, b), fn(x, b), atol=1e-5, rtol=1e-5)
+    b = torch.randn(8, 32)  # the same shape, not expanded: recorded again
+    torch.testing.assert_close(f(x, b), fn(x, b), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(f(x, b * 2), fn(x, b * 2), atol=1e-5, rtol=1e-5)
+
+
 def test_the_checker_agrees_through_replays(graphed, recordings):
     f = graphed(mlp)
     w, b = torch.randn(16, 32), torch.randn(32)

@@ -74,13 +74,31 @@ def capture(run: Callable[[], list[Any]]) -> tuple[Callable[[], None], list[Any]
     return graph.replay, outs
 
 
+def _span(t: torch.Tensor) -> torch.Tensor:
+    """The memory ``t`` reaches, from its first element to its last, flat."""
+    reach = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
+    return t.as_strided((reach,), (1,))
+
+
 def _fresh(t: torch.Tensor) -> torch.Tensor:
     """A copy of ``t`` in new memory with ``t``'s sizes and strides (a buffer
     the graph owns, for an input copied in at each replay)."""
     if t.numel() == 0:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-    reach = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
-    return t.as_strided((reach,), (1,)).clone().as_strided(t.shape, t.stride())
+    return _span(t).clone().as_strided(t.shape, t.stride())
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Whether elements of ``t`` share memory (an expanded input): a buffer laid
+    out so is filled through its span, from a value with the same strides."""
+    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride(), strict=True)) or _span(t).numel() < t.numel()
+
+
+def _copy_into(buffer: torch.Tensor, value: torch.Tensor) -> None:
+    if value.stride() == buffer.stride():
+        _span(buffer).copy_(_span(value))  # one flat copy; the only one an overlapping buffer takes
+    else:
+        buffer.copy_(value)
 
 
 @dataclass(frozen=True)
@@ -199,7 +217,7 @@ class GraphedProgram:
             return self._record(args)
         for value, read, copied in zip(args, rec.reads, rec.copied, strict=True):
             if copied:
-                read.copy_(value)
+                _copy_into(read, value)
         rec.replay()
         return self._results(rec, args)
 
@@ -253,6 +271,8 @@ def _replayable(rec: _Recording, args: Sequence[Any], moved: set[int]) -> bool:
         if isinstance(read, torch.Tensor):
             if not isinstance(value, torch.Tensor) or value.shape != read.shape or value.dtype != read.dtype:
                 return False
+            if copied and value.stride() != read.stride() and _overlaps(read):
+                return False  # recorded again, with a buffer laid out as this value
             if not copied and (value.data_ptr() != read.data_ptr() or value.stride() != read.stride()):
                 moved.add(i)
                 return False
