@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from conveyor.stage_api import span
 
 #: recordings of one program before it runs without a graph
 MAX_RECORDINGS = 4
@@ -76,8 +77,7 @@ def capture(run: Callable[[], list[Any]]) -> tuple[Callable[[], None], list[Any]
 
 def _span(t: torch.Tensor) -> torch.Tensor:
     """The memory ``t`` reaches, from its first element to its last, flat."""
-    reach = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
-    return t.as_strided((reach,), (1,))
+    return t.as_strided((span(t.shape, t.stride()),), (1,))
 
 
 def _fresh(t: torch.Tensor) -> torch.Tensor:
