@@ -10,6 +10,7 @@ then a non-leaf requiring grad, as ``dynamo_repro_programs.with_grad`` makes the
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -91,3 +92,18 @@ def run_custom_op_db(op_name: str, index: int, entry: str, grad: bool) -> None:
         check(fn, *tensors, compile=compiler(entry), check_grads=grad)
     finally:
         torch._dynamo.reset()
+
+
+def quiet_compiler(entry: str) -> Callable[[Any], Any]:
+    """:func:`compiler` for ``entry``, its warnings silenced (the tests of programs
+    that need several calls)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning)
+        return compiler(entry)
+
+
+def quiet_call(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` without conveyor's warnings that it runs a program eagerly or compiles it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="conveyor: (running|compiling)", category=UserWarning)
+        return fn(*args)

@@ -161,19 +161,8 @@ def test_custom_op_db_tensorlist_op_keeps_grad(entry: str) -> None:
         cp.run_custom_op_db("NumpyCatCustomOp", 0, entry, True)
 
 
-# -- test_aot_autograd.py programs that need several calls or leave global state ------------
-
-
-def _entry_compile(entry: str):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=UserWarning)
-        return cp.compiler(entry)
-
-
-def _call(fn, *args):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="conveyor: (running|compiling)", category=UserWarning)
-        return fn(*args)
+# -- test_aot_autograd.py programs that need several calls (those that leave global state:
+# test_program_global_settings.py) ------------
 
 
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
@@ -182,10 +171,10 @@ def test_requires_grad_changes_between_calls(entry: str) -> None:
     inputs requiring grad, then with ``y`` not; outputs and gradients as eager's each time."""
     import torch
 
-    compiled = _entry_compile(entry)(lambda x, y: (x + y,))
+    compiled = cp.quiet_compiler(entry)(lambda x, y: (x + y,))
     x = torch.randn(3, 3, requires_grad=True)
     for y in (torch.randn(3, 3, requires_grad=True), torch.randn(3, 3)):
-        (out,) = _call(compiled, x, y)
+        (out,) = cp.quiet_call(compiled, x, y)
         assert out.requires_grad
         out.sum().backward()
         torch.testing.assert_close(out, x + y)
@@ -205,137 +194,17 @@ def test_arg_dupe_between_calls(entry: str) -> None:
         y = y.trunc_()
         return (x + y,)
 
-    compiled = _entry_compile(entry)(f)
+    compiled = cp.quiet_compiler(entry)(f)
     torch.manual_seed(0)
     base = [torch.randn(3, 3) * 4 for _ in range(2)]
     for pattern in ((0, 1), (0, 0), (1, 0), (1, 1)):
         e = [b.clone() for b in base]
         c = [b.clone() for b in base]
         (eo,) = f(e[pattern[0]], e[pattern[1]])
-        (co,) = _call(compiled, c[pattern[0]], c[pattern[1]])
+        (co,) = cp.quiet_call(compiled, c[pattern[0]], c[pattern[1]])
         torch.testing.assert_close(co, eo)
         for a, b in zip(c, e, strict=True):
             torch.testing.assert_close(a, b)
-
-
-@pytest.mark.parametrize("call", [1, 2])
-@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
-def test_grad_mode_set_inside_program(entry: str, call: int) -> None:
-    """test_aot_grad_mode_mutation: the program turns grad mode off and returns
-    ``(y.clone(), y)``; grad mode stays off after the call and only ``y`` has a history
-    (B7, fixed: Note [A program that leaves grad mode changed]), on the first call and later ones."""
-    import torch
-
-    def f(x):
-        y = x * x
-        torch.set_grad_enabled(False)
-        return y.clone(), y
-
-    compiled = _entry_compile(entry)(f)
-    try:
-        torch.set_grad_enabled(True)
-        x = torch.ones(3, requires_grad=True) * 3
-        ref = f(x)
-        assert not torch.is_grad_enabled()
-        for _ in range(call):
-            torch.set_grad_enabled(True)
-            out = _call(compiled, x)
-        assert not torch.is_grad_enabled(), "grad mode was restored by the compiled program"
-    finally:
-        torch.set_grad_enabled(True)
-    torch.testing.assert_close(out, ref)
-    assert out[0].grad_fn is None and out[1].grad_fn is not None
-    (eg,) = torch.autograd.grad(ref[1].sum(), x)
-    (cg,) = torch.autograd.grad(out[1].sum(), x)
-    torch.testing.assert_close(cg, eg)
-
-
-@pytest.mark.parametrize("call", [1, 2])
-@pytest.mark.parametrize("entry", ["conveyor"])
-def test_autocast_set_inside_program(entry: str, call: int) -> None:
-    """As test_grad_mode_set_inside_program, for autocast: the program turns CPU
-    autocast on (bfloat16) between two matmuls. Eager's first matmul stays float32,
-    its second is bfloat16, and autocast stays on after the call. The capture's trace
-    left it on, so the first call cast both matmuls, and later calls left it off
-    (Note [A program that leaves grad mode changed]). Behind dynamo (torch 2.13), the
-    dtypes are eager's and autocast is off after the call under every backend,
-    torch.compile(backend="eager") too: dynamo's own handling, not a stage's."""
-    import torch
-
-    def f(x, w):
-        y = x @ w
-        torch.set_autocast_enabled("cpu", True)
-        torch.set_autocast_dtype("cpu", torch.bfloat16)
-        return y, x @ w
-
-    compiled = _entry_compile(entry)(f)
-    x, w = torch.randn(4, 4), torch.randn(4, 4)
-    dtype = torch.get_autocast_dtype("cpu")
-    try:
-        ref = f(x, w)
-        for _ in range(call):
-            torch.set_autocast_enabled("cpu", False)
-            torch.set_autocast_dtype("cpu", dtype)
-            out = _call(compiled, x, w)
-        assert torch.is_autocast_enabled("cpu"), "autocast was restored by the compiled program"
-    finally:
-        torch.set_autocast_enabled("cpu", False)
-        torch.set_autocast_dtype("cpu", dtype)
-    assert [o.dtype for o in out] == [o.dtype for o in ref] == [torch.float32, torch.bfloat16]
-    torch.testing.assert_close(out, ref)
-
-
-@pytest.mark.parametrize("call", [1, 2])
-def test_default_dtype_set_inside_program(call: int) -> None:
-    """The program sets the default dtype to float64 between two factory calls: eager's
-    first ``torch.ones`` is float32, its second float64, and float64 stays the default.
-    The first compiled call made both float64, later ones neither (Note [A program that
-    leaves grad mode changed])."""
-    import torch
-
-    def f(x):
-        a = torch.ones(2) + x
-        torch.set_default_dtype(torch.float64)
-        return a, torch.ones(2) * 2
-
-    compiled = _entry_compile("conveyor")(f)
-    try:
-        ref = f(torch.zeros(2))
-        for _ in range(call):
-            torch.set_default_dtype(torch.float32)
-            out = _call(compiled, torch.zeros(2))
-        assert torch.get_default_dtype() is torch.float64
-    finally:
-        torch.set_default_dtype(torch.float32)
-    assert [o.dtype for o in out] == [o.dtype for o in ref] == [torch.float32, torch.float64]
-
-
-@pytest.mark.parametrize("setting", ["deterministic", "matmul_precision"])
-def test_global_settings_set_inside_program(setting: str) -> None:
-    """A program that switches deterministic algorithms on, or sets the float32 matmul
-    precision, leaves the setting changed for its caller in eager, on every call; the
-    compiled program's later calls left it as it was (Note [A program that leaves grad
-    mode changed])."""
-    import torch
-
-    get, put, new = {
-        "deterministic": (torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, True),
-        "matmul_precision": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision, "medium"),
-    }[setting]
-
-    def f(x):
-        put(new)
-        return x + 1
-
-    compiled = _entry_compile("conveyor")(f)
-    old = get()
-    try:
-        for _ in range(3):
-            put(old)
-            torch.testing.assert_close(_call(compiled, torch.zeros(2)), torch.ones(2))
-            assert get() == new, f"the compiled program left {setting} at {get()}"
-    finally:
-        put(old)
 
 
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
@@ -349,11 +218,11 @@ def test_overlap_of_mutated_inputs_changes_between_calls(entry: str) -> None:
             a.add_(1)
         return args[0]
 
-    compiled = _entry_compile(entry)(f)
+    compiled = cp.quiet_compiler(entry)(f)
     for slices in (((0, 5), (7, 13), (9, 20)), ((0, 5), (7, 13), (13, 15)), ((0, 5), (7, 13), (9, 20))):
         e, c = torch.ones(20), torch.ones(20)
         eo = f(*[e[s:t] for s, t in slices])
-        co = _call(compiled, *[c[s:t] for s, t in slices])
+        co = cp.quiet_call(compiled, *[c[s:t] for s, t in slices])
         torch.testing.assert_close(co, eo)
         torch.testing.assert_close(c, e)
 
@@ -375,10 +244,10 @@ def test_backward_retain_graph_many_times(entry: str) -> None:
     torch.manual_seed(0)
     inp = torch.randn(3, 3, requires_grad=True)
     grads = []
-    for m in (Mod(), _entry_compile(entry)(Mod())):
+    for m in (Mod(), cp.quiet_compiler(entry)(Mod())):
         x = inp.detach().clone().requires_grad_(True)
-        _call(m, x).sum().backward(create_graph=True)
-        out = _call(m, x).sum()
+        cp.quiet_call(m, x).sum().backward(create_graph=True)
+        out = cp.quiet_call(m, x).sum()
         for _ in range(5):
             out.backward(retain_graph=True)
         out.backward()
@@ -401,7 +270,7 @@ def test_second_order_gradient_outside_program(entry: str) -> None:
 
     x = torch.tensor(1.0, requires_grad=True)
     (ref,) = torch.autograd.grad(f2(x), x)
-    gx = _call(_entry_compile(entry)(f2), x)
+    gx = cp.quiet_call(cp.quiet_compiler(entry)(f2), x)
     try:
         (got,) = torch.autograd.grad(gx, x)
     except RuntimeError as exc:
@@ -430,11 +299,11 @@ def test_lazy_module_compiled_before_first_call(entry: str) -> None:
     torch.manual_seed(0)
     m = LazyMLP()
     x = torch.rand(10, 10)
-    compiled = _entry_compile(entry)(m)
-    res = _call(compiled, x)
+    compiled = cp.quiet_compiler(entry)(m)
+    res = cp.quiet_call(compiled, x)
     torch.testing.assert_close(res, m(x))
     # the first call made the parameters (conveyor.compile ran it eagerly: Note [Lazy modules]); this one compiles
-    torch.testing.assert_close(_call(compiled, x * 2), m(x * 2))
+    torch.testing.assert_close(cp.quiet_call(compiled, x * 2), m(x * 2))
 
 
 @pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
@@ -456,7 +325,7 @@ def test_self_mutating_module_called_three_times(entry: str) -> None:
     torch.manual_seed(0)
     lin, x = torch.nn.Linear(10, 10), torch.randn(10)
     ref, mine = SelfMutating(lin), SelfMutating(lin)
-    compiled = _entry_compile(entry)(mine)
+    compiled = cp.quiet_compiler(entry)(mine)
     for _ in range(3):
-        torch.testing.assert_close(_call(compiled, x), ref(x))
+        torch.testing.assert_close(cp.quiet_call(compiled, x), ref(x))
     assert mine.counter == 3
