@@ -1,11 +1,13 @@
 """The calling conventions of the forward and backward graphs: ``AutogradLayout``.
 
-Three index spaces meet in this stage, each with its own type:
+Four index spaces meet in this stage, each with its own type:
 
 * :data:`InputIdx`: a placeholder of the request the stage receives (and of
   the forward graph, which keeps every one of them);
 * :data:`OutputIdx`: an output of the request the stage receives;
-* :data:`SavedIdx`: a value the forward graph saves for the backward graph.
+* :data:`SavedIdx`: a value the forward graph saves for the backward graph;
+* :data:`TangentIdx`: a tangent of the backward graph, the gradient of
+  output ``diff_outputs[j]``.
 
 The forward graph returns ``(*user outputs, *saved tensors, *saved symbols)``;
 the backward graph takes ``(*saved tensors, *saved symbols, *tangents)`` and
@@ -22,6 +24,7 @@ from typing import Any, NewType
 InputIdx = NewType("InputIdx", int)
 OutputIdx = NewType("OutputIdx", int)
 SavedIdx = NewType("SavedIdx", int)
+TangentIdx = NewType("TangentIdx", int)
 
 
 @dataclass(frozen=True)

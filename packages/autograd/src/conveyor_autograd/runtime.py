@@ -28,7 +28,7 @@ from conveyor.stage_api import reducible
 from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor_autograd.layout import AutogradLayout
-from conveyor_autograd.undefined import UndefinedGrads
+from conveyor_autograd.undefined import TangentSizes, UndefinedGrads
 
 DOUBLE_BACKWARD = (
     "conveyor stage 'autograd': double backward through a compiled program is not supported "
@@ -52,6 +52,9 @@ class CompiledFunction(torch.autograd.Function):
             user = [_own_view(o, args) for o in user]
         if layout.non_differentiable:
             ctx.mark_non_differentiable(*(user[k] for k in layout.non_differentiable))
+        if bwd.reads_tangents:  # Note [Outputs no loss reaches] in undefined.py
+            ctx.set_materialize_grads(False)
+            ctx.tangent_sizes = TangentSizes.note(user, layout.diff_outputs)
         return tuple(user)
 
     @staticmethod
@@ -61,13 +64,16 @@ class CompiledFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors  # raises on a second backward without retain_graph
         grads_in = [g.contiguous() if isinstance(g, torch.Tensor) else g for g in grad_outputs]
         args = layout.backward_args(tensors, ctx.symbols, grads_in)
+        made: tuple[bool, ...] = ()
+        if plan.reads_tangents:
+            args[layout.num_saved :], made = ctx.tangent_sizes.materialized(args[layout.num_saved :])
         if not torch.is_grad_enabled():  # the engine runs backward with grad mode off unless create_graph=True
-            return plan.function_grads(plan.run(args, tensors))
+            return plan.function_grads(plan.run(args, tensors, made))
         leaves = _leaf_inputs(ctx, layout.num_inputs)
         if any(node is not None and leaf is None for (node, _), leaf in zip(_edges(ctx, layout.num_inputs), leaves)):
             raise RuntimeError(f"{DOUBLE_BACKWARD_PAST_INPUTS} (Note [Gradients that cannot be differentiated])")
         with torch.no_grad():
-            grads = plan.run(args, tensors)
+            grads = plan.run(args, tensors, made)
         return function_grads(_poisoned(layout.input_grads(grads), leaves))
 
 
@@ -221,27 +227,33 @@ class _Backward:
     :ivar gather: for each of ``apply``'s arguments, the position of its
         gradient among the backward graph's outputs (``len(grad_inputs)``:
         none, read from the ``None`` appended after them).
-    :ivar undefined: the outputs a custom Function's backward may leave
-        undefined (Note [Gradients a Function's backward leaves undefined]
-        in ``undefined.py``), or ``None``.
+    :ivar undefined: the outputs a custom Function's backward or an
+        unreached output may leave undefined (Note [Gradients a Function's
+        backward leaves undefined], Note [Outputs no loss reaches], both in
+        ``undefined.py``), or ``None``.
+    :ivar reads_tangents: ``undefined`` reads which tangents were undefined:
+        the forward turns the engine's materialization off.
     """
 
     layout: AutogradLayout
     compiled: CompiledFn
     gather: tuple[int, ...]
     undefined: UndefinedGrads | None = None
+    reads_tangents: bool = False
 
     @staticmethod
     def of(layout: AutogradLayout, compiled: CompiledFn, undefined: UndefinedGrads | None = None) -> _Backward:
         none = len(layout.grad_inputs)
         where: dict[int, int] = {int(i): j for j, i in enumerate(layout.grad_inputs)}
         gather = tuple(where.get(i, none) for i in range(-_LEADING, layout.num_inputs))
-        return _Backward(layout, compiled, gather, undefined)
+        reads = undefined is not None and undefined.reads_tangents
+        return _Backward(layout, compiled, gather, undefined, reads)
 
-    def run(self, args: list[Any], saved: Sequence[Any]) -> Sequence[Any]:
-        """The backward graph's outputs (``None`` where a Function's backward left them undefined)."""
+    def run(self, args: list[Any], saved: Sequence[Any], made: Sequence[bool] = ()) -> Sequence[Any]:
+        """The backward graph's outputs (``None`` where a Function's backward
+        or the undefined tangents, ``made`` zeros here, left them undefined)."""
         grads = self.compiled(args)
-        return grads if self.undefined is None else self.undefined.apply(grads, saved)
+        return grads if self.undefined is None else self.undefined.apply(grads, saved, made)
 
     def function_grads(self, grads: Sequence[Any]) -> tuple[Any, ...]:
         """:func:`function_grads` of ``layout.input_grads(grads)``, by one
