@@ -3,10 +3,9 @@ the full pipeline: the checker's gradient comparison, with respect to the
 leaves behind the inputs.
 
 Note [Zero gradients]: ``x.zero_(); return y + 1`` gives ``x``'s leaf no
-gradient in eager (the loss never reaches it). Compiled, the zeroed ``x`` is
-an output of the same ``autograd.Function`` as ``y + 1``, so the backward
-reaches the leaf and gives it the zeros its formula computes (AOTAutograd does
-the same). The values agree; the checker accepts this, and so do these tests.
+gradient in eager (the loss never reaches it), and compiled as well since
+Note [Outputs no loss reaches]. The checker counts no gradient and an
+all-zero one as the same (here AOTAutograd gives zeros).
 """
 
 from __future__ import annotations
