@@ -72,6 +72,22 @@ _AUTOGRAD_HOOKS = {
     torch.autograd.backward: "calls torch.autograd.backward, which accumulates gradients into the leaves' .grad",
 }
 _GRAD = torch._C.TensorBase.__dict__["grad"]
+# Note [In-place view ops on a view that requires grad]: ``v.unsqueeze_(1)``
+# (``t_``, ``transpose_``, ``squeeze_``, ``as_strided_``...) on a view ``v``
+# changes ``v``'s sizes and strides, but autograd keeps the view function it
+# recorded when ``v`` was made (pytorch/pytorch issue 49825). Eager on CPU and
+# CUDA regenerates a view by ``as_strided`` from its current layout and never
+# reads that function; on fake tensors (a Python dispatch key) autograd
+# replays it, so a later write through ``v`` (``v[0, 0, 1] = 0``) regenerated
+# the old view and failed the trace (``select() cannot be applied to a 0-dim
+# tensor``), or recorded a write at the wrong element where the shape came out
+# the same. Such a program runs eagerly, with a warning. (Dynamo's own trace
+# fails the same way before conveyor sees the graph, and AOTAutograd's
+# gradient is silently wrong for ``transpose_``.)
+_INPLACE_VIEW_METHODS = {
+    getattr(torch.Tensor, name): name
+    for name in ("t_", "transpose_", "swapdims_", "swapaxes_", "squeeze_", "unsqueeze_", "as_strided_")
+}
 # Note [Gradients of gradients in a program]: ``torch.autograd.grad(y, x,
 # create_graph=True)`` in a program (a gradient penalty, a physics-informed
 # loss) is traced below autograd: the engine's backward ops become ordinary
@@ -85,6 +101,14 @@ _GRAD = torch._C.TensorBase.__dict__["grad"]
 # ``create_graph`` is a value, and is captured.
 _AUTOGRAD_GRAD = torch.autograd.grad
 _DESCRIPTOR_CALLS = ("__get__", "__set__", "__delete__")
+
+
+def _view_requiring_grad(t: Any) -> bool:
+    """``t`` is a view whose base requires grad, with grad mode on."""
+    if not isinstance(t, torch.Tensor) or not torch.is_grad_enabled() or not t._is_view():
+        return False
+    base = t._base
+    return t.requires_grad or (base is not None and base.requires_grad)
 
 
 def _made_by_program(t: torch.Tensor) -> bool:
@@ -123,6 +147,13 @@ class AutogradStateWatcher(TorchFunctionMode):
             raise DynamoSplits(
                 f"it makes a new leaf that requires grad ({getattr(func, '__name__', func)}(..., requires_grad=True); "
                 "Note [Leaves the program makes])"
+            )
+        inplace_view = _INPLACE_VIEW_METHODS.get(func)
+        if inplace_view is not None and _view_requiring_grad(args[0] if args else None):
+            raise EagerFallback(
+                f"it changes the layout of a view that requires grad in place (Tensor.{inplace_view}), which autograd "
+                "records with a stale view function on fake tensors (Note [In-place view ops on a view that "
+                "requires grad])"
             )
         setter = getattr(func, "__self__", None) if call == "__set__" else None
         if name is None and setter is not None:
