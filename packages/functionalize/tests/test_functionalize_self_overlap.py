@@ -90,3 +90,52 @@ def _brute_force(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
 def test_overlaps_itself_is_exact(size: tuple[int, ...], stride: tuple[int, ...]) -> None:
     t = torch.empty(64).as_strided(size, stride)
     assert overlaps_itself(t) == _brute_force(size, stride)
+
+
+VIEW_FALLBACK = "conveyor: running .* eagerly: it writes through a view whose elements share memory"
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["plain", "grad"])
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda b: b.as_strided((2, 3), (1, 0)),  # test_view_ops.py's test_flatten_view: the write was lost
+        lambda b: b.unfold(0, 3, 2),  # functionalization refused it (StageError)
+        lambda b: b[:2].unsqueeze(1).expand(2, 3),
+    ],
+    ids=["as_strided", "unfold", "expand"],
+)
+def test_a_write_through_a_self_overlapping_view_of_an_input(view, requires_grad: bool) -> None:
+    """Note [Writes through a self-overlapping view]: the input does not overlap itself, the view does."""
+
+    def fn(base):
+        v = view(base)
+        v[1, 1] = 5
+        return base, v * 1
+
+    with pytest.warns(UserWarning, match=VIEW_FALLBACK):
+        check(fn, torch.randn(6, requires_grad=requires_grad) * 1, compile=compile_eager)
+
+
+def test_a_write_through_a_self_overlapping_view_of_an_intermediate() -> None:
+    def fn(x):
+        t = x.clone()
+        v = t.as_strided((2, 3), (1, 0))
+        v[1, 1] = 5
+        return t * 2
+
+    with pytest.warns(UserWarning, match=VIEW_FALLBACK):
+        check(fn, torch.randn(6), compile=compile_eager)
+
+
+def test_a_write_through_a_view_of_a_self_overlapping_view_that_does_not_overlap_compiles() -> None:
+    """Only the chain of views a write goes through decides: reading an expanded view elsewhere compiles."""
+
+    def fn(x):
+        e = x.expand(3, 6)
+        x[1:3].mul_(2)
+        return e.sum(0)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="conveyor:")
+        check(fn, torch.randn(6), compile=compile_eager)

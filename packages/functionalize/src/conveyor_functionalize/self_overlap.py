@@ -15,6 +15,20 @@ some write one element of it (``x[0].zero_()``). Only eager knows, so the
 specialization runs the captured aten graph on the caller's tensors, with
 a warning (``stage_api.warn_eager``); a program that only reads
 such an input compiles as usual.
+
+Note [Writes through a self-overlapping view]: the same holds for a view the
+program takes whose elements share memory (``base.as_strided((2, 3), (1,
+0))``, ``t.unfold(0, 3, 2)``, ``t.expand(5, 5)``) and writes through, though
+the input it views does not overlap itself: ``v[1, 1] = 5`` writes one
+memory location in eager, where functionalization gives the view one value
+per element and scatters them all back into the base (``as_strided_scatter``),
+so a later element that shares the location puts the old value back: the
+write was silently lost (test_view_ops.py's ``test_flatten_view``, on a
+stride-0 ``as_strided``). torch's functionalization refuses some of these
+(``unfold``: "a tensor being mutated that has internal overlap") and not
+others. A write whose chain of views passes through a self-overlapping
+tensor runs the captured aten graph eagerly, with a warning, as for such an
+input.
 """
 
 from __future__ import annotations
@@ -25,12 +39,34 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import Lowering, Request, stage_api
-from conveyor.stage_api import overlaps_itself
+from conveyor.stage_api import is_view, overlaps_itself, written_positions
+
+VIEW_REASON = (
+    "it writes through a view whose elements share memory, which functionalization cannot express "
+    "(Note [Writes through a self-overlapping view])"
+)
 
 
 def written_self_overlapping(inputs: Sequence[Any], written: Sequence[bool]) -> list[int]:
     """The inputs whose data the program writes and that overlap themselves."""
     return [i for i, (t, w) in enumerate(zip(inputs, written)) if w and overlaps_itself(t)]
+
+
+def writes_through_self_overlapping_view(graph: torch.fx.GraphModule) -> bool:
+    """Whether an op of ``graph`` writes through a chain of views (the written
+    tensor included) on which a view's elements share memory (Note [Writes
+    through a self-overlapping view]); the inputs themselves are
+    :func:`written_self_overlapping`'s."""
+    for node in graph.graph.nodes:
+        if node.op != "call_function":
+            continue
+        for pos, name in written_positions(node):
+            arg = node.args[pos] if pos < len(node.args) else node.kwargs.get(name)
+            while isinstance(arg, torch.fx.Node) and arg.op == "call_function" and is_view(arg) and arg.args:
+                if overlaps_itself(arg.meta.get("val")):
+                    return True
+                arg = arg.args[0]
+    return False
 
 
 def eager_lowering(request: Request, stage: str, inputs: Sequence[int], reason: str = "") -> Lowering:
