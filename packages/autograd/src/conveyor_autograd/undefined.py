@@ -47,7 +47,9 @@ gradient that was undefined; an input with a path to a reached output whose
 gradient the backward graph computes without reading that output's tangent
 (a constant zero, as ``floor``'s) and a path to an unreached one gets
 ``None`` where eager gives zeros. Compiled autograd copies the backward
-graph into its own capture (Note [Inlined backward]) and gets zeros there.
+graph into its own capture (Note [Inlined backward]) only where every tangent
+is defined, so an unreached output's inputs keep ``None`` there too (the
+backward runs opaquely); a Function's ``None`` gets zeros there.
 """
 
 from __future__ import annotations
