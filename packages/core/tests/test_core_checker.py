@@ -114,9 +114,13 @@ def test_complex_outputs_are_differentiated_through_a_real_loss():
         check(f, torch.randn(3, 2, requires_grad=True), compile=planted(lambda f, x: _scaled_grad(f(x), 0.5j)))
 
 
-def test_a_missing_gradient_must_be_zero_on_the_other_side():
+def test_a_missing_gradient_must_be_missing_on_the_other_side():
+    """No gradient and a zero one differ: an optimizer skips the first and
+    moves the second (weight decay, momentum)."""
     x, y = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
-    check(lambda x, y: x * 0 + y, x, y, compile=planted(lambda f, x, y: x.detach() * 0 + y))  # zeros vs none
+    check(lambda x, y: x.detach() * 0 + y, x, y, compile=lambda fn: fn)  # honest: none on both sides
+    with pytest.raises(AssertionError, match="gradient 0: eager has a gradient, the other none"):
+        check(lambda x, y: x * 0 + y, x, y, compile=planted(lambda f, x, y: x.detach() * 0 + y))
     with pytest.raises(AssertionError, match="gradient 0"):
         check(lambda x, y: x + y, x, y, compile=planted(lambda f, x, y: x.detach() + y))
 
