@@ -143,9 +143,12 @@ def with_grad(values: list[Any]) -> list[Any] | None:
 TOLERANCE = {"eager": (1e-5, 1.3e-5), "inductor": (1e-4, 1e-4)}
 
 
-def run(name: str, entry: str, backend: str = "eager", grad: bool = False) -> None:
-    """Check program ``name`` against eager (``AssertionError`` on a difference)."""
-    p = PROGRAMS[name]
+def run(
+    name: str, entry: str, backend: str = "eager", grad: bool = False, programs: dict[str, Program] | None = None
+) -> None:
+    """Check program ``name`` (of ``programs``, default :data:`PROGRAMS`) against
+    eager (``AssertionError`` on a difference)."""
+    p = (PROGRAMS if programs is None else programs)[name]
     torch.manual_seed(0)
     target = p.build()
     values = p.make()
@@ -225,9 +228,9 @@ def check_subclass(p: Program, grad: bool, compile_: Callable[[Any], Any], atol:
     _same("gradients", eg, cg, atol, rtol)
 
 
-def has_float_input(name: str) -> bool:
+def has_float_input(name: str, programs: dict[str, Program] | None = None) -> bool:
     torch.manual_seed(0)
-    return with_grad(PROGRAMS[name].make()) is not None
+    return with_grad((PROGRAMS if programs is None else programs)[name].make()) is not None
 
 
 def load() -> dict[str, Program]:
