@@ -28,7 +28,7 @@ from conveyor.frontend import subclasses
 from conveyor.frontend.aliased_returns import arguments_for_returns
 from conveyor.frontend.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.frontend.closure import trace_closing_over
-from conveyor.frontend.modes_kept import modes_kept
+from conveyor.frontend.modes_kept import modes_kept, pin_factory_dtypes, refuse_inference_outputs
 from conveyor.frontend.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 from conveyor.frontend.reachable import StateWatch, hook_dicts, refuse_changed_containers
 from conveyor.frontend.stand_ins import stand_ins_of
@@ -245,6 +245,7 @@ def capture(
                 leaves[pos] = objects.containers[k]
             installed = Installed(objects, flat[layout.n_lifted + n_user :])
         args, kwargs = pytree.tree_unflatten(leaves, layout.in_spec)
+        caller_inference = torch.is_inference_mode_enabled()
         try:
             with watching_user_code() as autograd_state:  # Note [Autograd state changed by the program]
                 if module is not None:
@@ -255,6 +256,7 @@ def capture(
             refuse_changed_containers(args, kwargs, leaves, layout.in_spec)
             flat_out = _flat_outputs(out, installed, out_info)
             autograd_state.refuse_outputs_needing_sources(flat_out)
+            refuse_inference_outputs(flat_out, flat, caller_inference)  # Note [Outputs made in another inference mode]
             refuse_inlined_functions(flat_out)  # Note [Functions applied past the capture]
             return flat_out
         finally:
@@ -312,8 +314,11 @@ def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: An
     (see ``conveyor.analysis.grad_regions``); tensor subclass inputs and outputs are
     traced as their inner tensors, and the result carries their boundary
     (Note [Tensor subclasses])."""
+    default = torch.get_default_dtype()
     with modes_kept():  # Note [A program that leaves grad mode changed]
-        return _trace_user(fn, fake_inputs, fake_mode)
+        traced = _trace_user(fn, fake_inputs, fake_mode)
+    pin_factory_dtypes(traced.graph, default)  # Note [Factory calls under a default dtype the program set]
+    return traced
 
 
 def _trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: Any) -> Traced:

@@ -1,10 +1,11 @@
 """A capture that ends in another grad mode, autocast state, default dtype or
-other global setting than it began: put back, and refused."""
+other global setting than it began: put back, and refused; factory calls a
+program made under a default dtype it set: their dtype pinned in the graph."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,8 @@ _AUTOCAST_DEVICES = ("cpu", "cuda")
 # later factory calls make float64 in eager: the first call made both
 # ``torch.ones`` float64, later calls neither), in another deterministic-algorithms
 # setting or float32 matmul precision (which later calls left as they were, where
-# eager leaves them changed for the caller).
+# eager leaves them changed for the caller), or with another default device
+# (``torch.set_default_device``: the first call left it changed, later calls not).
 @dataclass(frozen=True)
 class _Switch:
     """One thread- or process-global setting a program may change without a context."""
@@ -79,6 +81,12 @@ _SWITCHES = (
         torch.set_float32_matmul_precision,
         "torch.set_float32_matmul_precision called",
     ),
+    _Switch(
+        "the default device",
+        lambda: getattr(getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None), "device", None),
+        torch.set_default_device,
+        "torch.set_default_device called",
+    ),
     *(_autocast(d) for d in _AUTOCAST_DEVICES),
 )
 
@@ -99,3 +107,93 @@ def modes_kept() -> Iterator[None]:
                 f"it leaves {sw.what} changed ({b} -> {a}; {sw.how}), which a graph cannot replay "
                 "(Note [A program that leaves grad mode changed])"
             )
+
+
+# Note [Factory calls under a default dtype the program set]: ``torch.ones(2)``
+# traces to ``aten.ones([2])`` with no dtype: its kernel reads the default dtype
+# when the graph runs. A program that sets the default dtype and puts it back
+# (``torch.set_default_dtype(torch.float64); a = torch.ones(2);
+# torch.set_default_dtype(torch.float32)``, or a context manager that does so)
+# made ``a`` float64 in eager and in the trace, but the graph runs with the
+# caller's default and made it float32 (aot_eager does the same; dynamo's own
+# ``backend="eager"`` runs the Python and is right). A factory node (no tensor
+# argument, a ``dtype`` argument left out) whose traced dtype is not what the
+# caller's default dtype gives gets its traced dtype written into the node. The
+# caller's default dtype is part of every cache key, so a node left as it was
+# still makes the dtype it was traced with.
+def pin_factory_dtypes(graph: torch.fx.GraphModule, default: torch.dtype) -> None:
+    """Write the traced dtype into factory nodes of ``graph`` (and its subgraphs)
+    made under another default dtype than ``default``, the caller's."""
+    defaults = {default, _COMPLEX_OF.get(default)}
+    for gm in graph.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        changed = False
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if (
+                node.op == "call_function"
+                and isinstance(node.target, torch._ops.OpOverload)
+                and isinstance(val, torch.Tensor)
+                and (val.is_floating_point() or val.is_complex())
+                and val.dtype not in defaults
+                and _leaves_dtype_to_default(node)
+            ):
+                node.update_kwarg("dtype", val.dtype)
+                changed = True
+        if changed:
+            gm.recompile()
+
+
+_COMPLEX_OF = {torch.float16: torch.complex32, torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _leaves_dtype_to_default(node: torch.fx.Node) -> bool:
+    """A factory op (no tensor argument) with a ``dtype`` argument the call left out or gave None."""
+    schema = node.target._schema  # type: ignore[union-attr]
+    names = [a.name for a in schema.arguments]
+    if "dtype" not in names or any(isinstance(a.type, torch.TensorType) for a in schema.arguments):
+        return False
+    i = names.index("dtype")
+    given = node.kwargs["dtype"] if "dtype" in node.kwargs else (node.args[i] if i < len(node.args) else None)
+    return given is None
+
+
+# Note [Outputs made in another inference mode]: a program that makes a result
+# inside ``torch.inference_mode()`` returns an inference tensor in eager (one
+# that autograd refuses to save, and that cannot be written outside inference
+# mode); made inside ``torch.inference_mode(False)`` under a caller in inference
+# mode, a normal tensor. A graph keeps no such region: its results are made
+# under the caller's mode, so they came back normal (or inference) tensors where
+# eager's were not (aot_eager does the same). The trace's fake results know what
+# eager's are, so a program with a result of its own (one that shares no memory
+# with an input) in another inference mode than the caller's runs eagerly, with
+# a warning.
+def refuse_inference_outputs(outs: Sequence[Any], inputs: Sequence[Any], caller: bool) -> None:
+    """Raise :class:`EagerFallback` if an output of the trace that shares no memory
+    with an input is an inference tensor where the caller's mode (``caller``) makes
+    none, or the other way round."""
+    other = [i for i, o in enumerate(outs) if _strided(o) and o.is_inference() != caller]
+    if not other:
+        return
+    storages = {_storage(t) for t in inputs if _strided(t)}
+    for i in other:
+        o = outs[i]
+        if _storage(o) not in storages:
+            raise EagerFallback(
+                f"its result {i} is {'' if o.is_inference() else 'not '}an inference tensor, made in another "
+                "inference mode than the caller's, which a graph cannot replay "
+                "(Note [Outputs made in another inference mode])"
+            )
+
+
+def _storage(t: torch.Tensor) -> int | None:
+    """``t``'s storage (None: a tensor without one, a wrapper subclass)."""
+    try:
+        return int(t.untyped_storage()._cdata)
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _strided(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.layout is torch.strided

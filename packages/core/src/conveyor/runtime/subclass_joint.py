@@ -202,6 +202,33 @@ def compile_program(
     subclasses rebuilt around it (Note [Tensor subclasses]); as a forward and
     a backward traced at the subclass level when it trains (Note [Subclass
     programs in training])."""
+    if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        return _compile_program(pipeline, traced, fakes, fake_mode)
+    with torch._C._DisableAutocast():  # Note [The graph runs below autocast]
+        compiled, graphs = _compile_program(pipeline, traced, fakes, fake_mode)
+    return _autocast_off(compiled), graphs
+
+
+# Note [The graph runs below autocast]: a program captured under autocast holds
+# autocast's casts as ops of its graph (the trace ran through autocast), and a
+# region where the program turned autocast off (``torch.autocast("cpu",
+# enabled=False)``) holds none. Run again under the caller's autocast, the
+# graph's ops were cast a second time: the region's float32 ``mm`` came back
+# bfloat16; and a stage that traces the graph again (the autograd stage's joint
+# trace) cast them while compiling. So, as AOTAutograd does, a program captured
+# under autocast (the state is part of every cache key) is compiled and run with
+# autocast off.
+def _autocast_off(compiled: CompiledFn) -> CompiledFn:
+    def run(args: list[Any]) -> Any:
+        with torch._C._DisableAutocast():
+            return compiled(args)
+
+    return run
+
+
+def _compile_program(
+    pipeline: Pipeline, traced: Traced, fakes: Sequence[Any], fake_mode: Any
+) -> tuple[CompiledFn, Graphs]:
     graph, boundary = traced.graph, traced.boundary
     if boundary is None:  # kept on disk too (conveyor.runtime.disk_cache); subclass programs are not
         request = Request(graph, tuple(fakes), fake_mode, torch.is_grad_enabled())
