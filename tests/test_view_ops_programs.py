@@ -54,8 +54,6 @@ REPRESENTATIVE = [
     "view_tensor_hsplit",
     "view_dtype_write",
     "view_as_complex_write",
-    "conj_view_with_shared_memory",
-    "reshape_copy",
     "memory_format_resize_",
 ]
 
