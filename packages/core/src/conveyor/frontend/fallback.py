@@ -40,7 +40,7 @@ from torch.utils.checkpoint import CheckpointFunction
 
 from conveyor.analysis.grad_regions import recorded_with_grad
 from conveyor.analysis.saved_hooks import caller_saved_hooks_hidden
-from conveyor.errors import ConveyorError, EagerFallback
+from conveyor.errors import ConveyorError, DynamoSplits, EagerFallback
 from conveyor.frontend import call_watch, functions
 from conveyor.frontend.compiling import compiling
 
@@ -73,6 +73,13 @@ def watching_capture(seeding: bool = True) -> Iterator[None]:
                 f"an op in it takes an argument a graph cannot hold ({str(exc).splitlines()[0]}) "
                 "(Note [Arguments a graph cannot hold])"
             ) from exc
+        if not isinstance(exc, ConveyorError) and not _raised_by_torch_python_kernel(exc) and _in_hop(exc):
+            # Note [Higher-order ops the capture cannot trace]
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise DynamoSplits(
+                f"tracing a higher-order op in it raised {type(exc).__name__} ({first}) "
+                "(Note [Higher-order ops the capture cannot trace])"
+            ) from exc
         if isinstance(exc, ConveyorError) or not _raised_by_torch_python_kernel(exc):
             raise
         # Note [Errors of torch's Python kernels]
@@ -104,6 +111,24 @@ _PYTHON_KERNEL_FILES = tuple(
     os.path.join(os.path.dirname(torch.__file__), part)
     for part in ("_meta_registrations.py", "_refs" + os.sep, "_prims" + os.sep, "_prims_common" + os.sep, "_decomp" + os.sep)
 )
+
+
+# Note [Higher-order ops the capture cannot trace]: a higher-order op the program
+# calls directly (not one that compiles itself through dynamo: Note [Compiled
+# functions inside a capture]) is traced by its own rule for make_fx, which may
+# need what conveyor's capture does not give it: ``while_loop_stack_output``'s
+# fake-tensor rule asks the fake mode for a shape environment (static shapes
+# have none: AttributeError), ``flex_attention_backward`` given no joint graph
+# calls None while eager's kernel never uses it (TypeError). An error raised
+# while one of torch's higher-order ops traces (a frame in
+# ``torch/_higher_order_ops``) compiles the program through dynamo, whose
+# tracing of higher-order ops is torch's reference; a user's own error there is
+# raised again by dynamo or by eager's run of the frame.
+_HOP_FILES = os.path.join(os.path.dirname(torch.__file__), "_higher_order_ops") + os.sep
+
+
+def _in_hop(exc: BaseException) -> bool:
+    return any(f.startswith(_HOP_FILES) for f in _files(exc))
 
 
 def _raised_by_torch_python_kernel(exc: BaseException) -> bool:
