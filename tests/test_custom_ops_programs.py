@@ -24,7 +24,6 @@ import custom_ops_programs as cp  # noqa: E402
 
 L1 = "torch's functionalization refuses a custom op whose output aliases its input (L1; aot_eager alike)"
 L2 = "torch's auto_functionalize fails on a mutated list[Optional[Tensor]] argument (L2; aot_eager alike)"
-B4 = "dynamo entry: an autograd.Function whose backward writes into a gradient fails the autograd stage (B4)"
 B5 = "dynamo entry: the create_graph=True grad made in the program cannot be differentiated again: a clear error (B5, was silent)"
 B6 = "inductor stage: GuardOnDataDependentSymNode on a custom op with data-dependent sizes (B6)"
 M1 = "compiled runs a write through an expanded view that eager refuses (M1; aot_eager alike)"
@@ -42,7 +41,6 @@ XFAIL: dict[tuple[str, str, str], str] = {
     ("co_view_op_of_input_mutated", "*", "*"): L1,
     ("co_view_op_output_mutated", "*", "*"): L1,
     ("co_mutated_list_of_optional", "*", "*"): L2,
-    ("da_autograd_function_tangent_mutation", "dynamo", "grad"): B4,
     ("da_layer_norm_double_backward", "dynamo", "*"): B5,
     ("da_aot_autograd_expand_mutation_error", "*", "*"): M1,
 }

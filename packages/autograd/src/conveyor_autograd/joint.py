@@ -132,6 +132,26 @@ def _no_compiled_autograd() -> Any:
     return compiled_autograd._disable()
 
 
+def _drop_tangent_writes(gm: torch.fx.GraphModule, n: int) -> None:
+    """Note [Writes into incoming gradients]: a custom Function's backward
+    may write into the gradient it is handed (``grad1.copy_(grad2)``, PyTorch's
+    ``test_autograd_function_tangent_mutation``). Functionalizing the joint
+    keeps the value it returns and re-applies the write to the tangent
+    placeholder at the end, a write the partition refuses. Nothing reads a
+    tangent after the backward (the engine's buffer is dropped), so that last
+    write goes. Inexact where eager is finer: a ``gradient=`` tensor the user
+    passed to ``backward()`` and reads again afterwards is left unchanged."""
+    placeholders = [p for p in gm.graph.nodes if p.op == "placeholder"]
+    tangents = set(placeholders[n:])
+    dropped = False
+    for node in list(gm.graph.nodes):
+        if node.target is torch.ops.aten.copy_.default and node.args[0] in tangents and not node.users:
+            gm.graph.erase_node(node)
+            dropped = True
+    if dropped:
+        gm.recompile()
+
+
 def trace_joint(request: Request, primal_fakes: list[Any] | None = None) -> JointGraph | None:
     """Trace the joint program of ``request``; ``None`` when no output
     requires grad (there is nothing to differentiate). ``primal_fakes``:
@@ -181,6 +201,7 @@ def trace_joint(request: Request, primal_fakes: list[Any] | None = None) -> Join
             return None
         if writing_node(gm.graph) is not None:  # Note [Functional joint]
             gm = functional_joint(gm, [*primal_fakes, *tangent_fakes], request.fake_mode)
+            _drop_tangent_writes(gm, n)
     bad = writing_node(gm.graph)
     if bad is not None:
         raise StageError(STAGE, f"the joint forward+backward graph writes with {bad.target}; cannot partition it")
