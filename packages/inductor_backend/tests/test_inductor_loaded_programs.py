@@ -2,7 +2,9 @@
 programs], Note [Fake values Inductor makes itself]): compiled without fake
 values on its operations, served by Inductor's FX graph cache or, on a miss,
 built by Inductor from its own; its outputs' layouts checked against those
-stored with it."""
+stored with it. The tests of its full path (``compile_fx_inner``) turn the
+lookup by the stored key off (``full_path``; that lookup's own tests are in
+``test_inductor_entry_by_key.py``)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,12 @@ def compile_cached(f: Any, folder: Path) -> Any:
     return conveyor.compile(f, backend="inductor", cache=True, cache_dir=str(folder))
 
 
+def full_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loaded programs compile through ``compile_fx_inner``, not by their stored
+    keys (Note [Inductor's entry by its stored key])."""
+    monkeypatch.setattr(lowering, "load_entry", lambda *args, **kwargs: None)
+
+
 def test_a_loaded_program_compiles_on_an_inductor_miss(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # Note [Fake values Inductor makes itself]: the loaded graphs carry no fake values; a
     # miss in Inductor's cache (emptied here) builds them from its own propagation
@@ -46,6 +54,7 @@ def test_a_loaded_program_compiles_on_an_inductor_miss(tmp_path: Path, caplog: p
 
 
 def test_a_loaded_program_is_served_without_fake_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    full_path(monkeypatch)
     model, x = mlp(), torch.randn(4, 16)
     step(compile_cached(model, tmp_path), model, x)
     lookups()
@@ -93,6 +102,7 @@ def test_a_loaded_program_checks_the_stored_output_layouts(tmp_path: Path, monke
 
 def test_a_loaded_program_hands_its_graph_over_and_keeps_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Note [A loaded graph handed over]: no copy of the stored graph; nothing keeps it after the compile
+    full_path(monkeypatch)
     model, x = mlp(), torch.randn(4, 16)
     want = step(compile_cached(model, tmp_path), model, x)
     lookups()

@@ -34,7 +34,7 @@ from conveyor import CompiledFn, Request, StageError, stamp
 from conveyor.stage_api import call_graph, is_view, reducible, warn_eager, writes
 from torch.utils._pytree import tree_leaves
 
-from conveyor_inductor import fx_cache, lowering, program
+from conveyor_inductor import fx_cache, fx_entry, lowering, program
 from conveyor_inductor.offsets import misplaced_input
 from conveyor_inductor.probe import STAGE, require_cxx
 from conveyor_inductor.specs import describe_inputs
@@ -92,8 +92,10 @@ class InductorBackend:
             stamp(request.graph)
             return _running_views(request.graph)
         gm = program.for_inductor(decomposed)
-        compiled = lowering.compile_decomposed(gm, where, request.label, config)
-        made = program.program(request, decomposed, gm, compiled, describe_inputs(request.inputs), config)
+        described = describe_inputs(request.inputs)
+        entry: list[fx_entry.EntryKey] | None = None if described is None else []
+        compiled = lowering.compile_decomposed(gm, where, request.label, config, entry=entry)
+        made = program.program(request, decomposed, gm, compiled, described, config, entry[0] if entry else None)
         stamp(gm, artifact=made.info)
         return made.run
 

@@ -14,7 +14,7 @@ import conveyor
 import torch
 from conveyor import StageError
 
-from conveyor_inductor import fx_cache, layouts
+from conveyor_inductor import fx_cache, fx_entry, layouts
 from conveyor_inductor.probe import STAGE, api
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def compile_decomposed(
     label: str,
     config: dict[str, Any],
     expected: layouts.Layouts | None = None,
+    entry: list[fx_entry.EntryKey] | None = None,
 ) -> Any:
     """Inductor's callable for the decomposed ``gm`` (on ``where``'s fake
     inputs), compiled where ``where`` says so that Inductor's FX graph cache
@@ -60,7 +61,10 @@ def compile_decomposed(
     keep the ``expected`` layouts, by default those of ``gm``'s fake values
     (Note [Layouts in the inductor backend]). ``gm`` has its ``meta["val"]``
     set, or comes with ``expected`` (Note [Fake values Inductor makes
-    itself] in ``program.py``). Inductor may rewrite ``gm`` in place."""
+    itself] in ``program.py``). Inductor may rewrite ``gm`` in place. When
+    ``entry`` is a list, the key Inductor keeps the program under is
+    appended to it, if there is one (Note [Inductor's entry by its stored
+    key])."""
     inductor = api()
     if expected is None:
         expected = layouts.output_layouts(gm)
@@ -68,6 +72,8 @@ def compile_decomposed(
         log.debug("%s: Inductor's FX graph cache not used: %s", label, where.why)
     with where.entered(), inductor.config.patch({**config, **where.config}):
         inductor.replace_random(gm, where.fake_mode)  # Note [Random ops in the inductor backend]
+        keyed = entry is not None and where.cached
+        context = fx_entry.context_of(gm, list(where.inputs), label == "backward") if keyed else None
         compiled = inductor.compile_graph(gm, list(where.inputs), is_backward=label == "backward")
     changed = layouts.changed_output_strides(expected, compiled)
     if changed and where.cached:  # a cache entry written without the mark: compile it afresh
@@ -82,4 +88,31 @@ def compile_decomposed(
             f"({'; '.join(changed)}): this torch does not honour user_visible_output_idxs "
             "(Note [Layouts in the inductor backend])",
         )
+    found = fx_entry.stored_key(compiled, context) if keyed else None
+    if entry is not None and found is not None:
+        entry.append(found)
+    return compiled
+
+
+def load_entry(
+    entry: fx_entry.EntryKey,
+    gm: torch.fx.GraphModule,
+    where: fx_cache.Scope,
+    label: str,
+    config: dict[str, Any],
+    expected: layouts.Layouts,
+) -> Any:
+    """Inductor's program under the stored ``entry`` for the loaded graph
+    ``gm``, if it is found and keeps the ``expected`` layouts, else ``None``
+    (then :func:`compile_decomposed` compiles it: Note [Inductor's entry by
+    its stored key])."""
+    with where.entered(), api().config.patch({**config, **where.config}):
+        compiled = fx_entry.load(entry, gm, list(where.inputs), label == "backward")
+    if compiled is None:
+        return None
+    changed = layouts.changed_output_strides(expected, compiled)
+    if changed:
+        log.debug("%s: Inductor's entry changed output strides (%s): compiling again", label, changed)
+        return None
+    log.debug("%s: Inductor's entry %s loaded by its stored key", label, entry.key)
     return compiled

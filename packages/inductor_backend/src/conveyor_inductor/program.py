@@ -18,6 +18,10 @@ Inductor makes itself]: no fake value is propagated over the graph).
 Inductor's own FX graph cache usually serves that compile, so a loaded
 program costs a cache lookup and a library load, not a C++ build; and what
 runs is always what Inductor makes of this graph now, never a stale binary.
+The lookup is by the key the first process's compile used, stored with the
+program, where nothing else Inductor's key covers has changed since (Note
+[Inductor's entry by its stored key] in ``fx_entry.py``); otherwise the
+compile computes it.
 
 Both processes hand Inductor the same graph module: :func:`for_inductor`
 copies the decomposed graph into a fresh plain ``GraphModule``, whether the
@@ -73,7 +77,7 @@ import torch
 from conveyor import CompiledFn, Request, StageError
 from conveyor.stage_api import reducible
 
-from conveyor_inductor import fx_cache, layouts, lowering
+from conveyor_inductor import fx_cache, fx_entry, layouts, lowering
 from conveyor_inductor.probe import STAGE
 from conveyor_inductor.specs import TensorSpec, describe_inputs
 
@@ -158,10 +162,13 @@ def program(
     compiled: Any,
     described: tuple[TensorSpec | int | float | bool, ...] | None,
     config: dict[str, Any],
+    entry: fx_entry.EntryKey | None = None,
 ) -> Made:
     """The run-time callable of ``compiled`` (Inductor's, from ``compiled_gm``,
     made by :func:`for_inductor` of ``decomposed``), picklable when the
-    inputs are ``described`` (Note [Storing Inductor programs])."""
+    inputs are ``described`` (Note [Storing Inductor programs]), with the
+    ``entry`` Inductor keeps it under (Note [Inductor's entry by its stored
+    key])."""
     devices = tuple(sorted({t.device.type for t in request.inputs if isinstance(t, torch.Tensor)}))
     info = InductorProgram(request.label, str(getattr(compiled, "source_code", "") or ""), devices)
 
@@ -172,7 +179,8 @@ def program(
         return Made(run, info)  # a closure that does not pickle: the program is not stored
     expected = layouts.output_layouts(decomposed)
     return Made(
-        reducible(run, _loaded, decomposed, described, request.label, config, request.grad_enabled, expected), info
+        reducible(run, _loaded, decomposed, described, request.label, config, request.grad_enabled, expected, entry),
+        info,
     )
 
 
@@ -183,6 +191,7 @@ def _loaded(
     config: dict[str, Any],
     grad_enabled: bool,
     expected: layouts.Layouts,
+    entry: fx_entry.EntryKey | None = None,
 ) -> CompiledFn:
     """The callable of a program loaded from the disk cache: the stored
     decomposed graph compiled with Inductor on its first call (Note [Storing
@@ -194,11 +203,21 @@ def _loaded(
     def run(args: list[Any]) -> Sequence[Any]:
         if not compiled:
             where = fx_cache.described_scope(described)
-            gm = _handed(stored.take())  # Note [A loaded graph handed over]
-            for node, value in zip(gm.graph.find_nodes(op="placeholder"), where.inputs, strict=True):
-                node.meta["val"] = value
             with torch.set_grad_enabled(grad_enabled):
-                compiled.append(lowering.compile_decomposed(gm, where, label, config, expected))
+                kept = stored.gm
+                found = (
+                    None
+                    if entry is None or kept is None
+                    else lowering.load_entry(entry, kept, where, label, config, expected)
+                )
+                if found is not None:  # Note [Inductor's entry by its stored key]
+                    stored.take()
+                    compiled.append(found)
+                else:
+                    gm = _handed(stored.take())  # Note [A loaded graph handed over]
+                    for node, value in zip(gm.graph.find_nodes(op="placeholder"), where.inputs, strict=True):
+                        node.meta["val"] = value
+                    compiled.append(lowering.compile_decomposed(gm, where, label, config, expected))
         return compiled[0](args)  # type: ignore[no-any-return]
 
-    return reducible(run, _loaded, stored, described, label, config, grad_enabled, expected)
+    return reducible(run, _loaded, stored, described, label, config, grad_enabled, expected, entry)
