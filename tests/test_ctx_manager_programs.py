@@ -33,12 +33,6 @@ D2 = (
     "dynamo: torch.no_grad()(fn) / torch.enable_grad()(fn) inside the program raises an internal "
     "AssertionError 'expected a function variable, got LazyVariableTracker' (backend='eager' too)"
 )
-D3 = (
-    "dynamo: a result made inside torch.inference_mode(False) under a caller in inference mode "
-    "(or inside inference_mode()) comes back from the graph made in the caller's mode "
-    "(aot_eager too; conveyor.compile runs such a program eagerly: core Note [Outputs made in "
-    "another inference mode]; the torch.compile entry's trace is conveyor/dynamo.py's)"
-)
 D4 = (
     "dynamo: a context the caller entered and the program exits, or one the program enters and "
     "leaves open (autocast, inference_mode), raises inside dynamo or leaves the setting as it was "
@@ -51,8 +45,6 @@ XFAIL: dict[tuple[str, str], str] = {
     ("inactive_context_graph_break_stack[no_grad]", "dynamo"): D1,
     ("context_wrapping_grad_mode_decorator[grad]", "dynamo"): D2,
     ("context_wrapping_grad_mode_decorator[no_grad]", "dynamo"): D2,
-    ("inference_mode_disabled_inside", "dynamo"): D3,
-    ("inference_mode_output", "dynamo"): D3,
     ("autocast_entered_outside_exited_inside", "dynamo"): D4,
     ("autocast_left_open", "dynamo"): D4,
     ("inference_mode_left_open", "dynamo"): D4,

@@ -53,6 +53,18 @@ def last_dynamo_graphs() -> tuple[StageGraph, ...]:
     return dynamo_graphs.last_run()
 
 
+# Note [Inference mode behind dynamo]: dynamo keeps a ``torch.inference_mode()``
+# (or ``inference_mode(False)``) region inside its graph as a pair of calls,
+# ``_enter_inference_mode`` and ``_exit_inference_mode``, and compiles the graph
+# with inference mode off whatever the caller's. What the region makes is an
+# inference tensor (or, under a caller in inference mode, a normal one) in eager;
+# a graph keeps no such region, so its results came back made in the caller's
+# mode (aot_eager alike; Note [Outputs made in another inference mode] is
+# ``conveyor.compile``'s side). Such a graph runs as dynamo made it, with a
+# warning: its calls enter and leave the region as eager does.
+_ENTER_INFERENCE_MODE = getattr(torch.autograd.grad_mode, "_enter_inference_mode", None)
+
+
 @dataclass(frozen=True)
 class DynamoEntry:
     """One compile of a dynamo graph.
@@ -160,6 +172,9 @@ class DynamoCompiled:
         gm = with_constant_items(self._traced, items)
         if any(sets_data(n) for n in gm.graph.nodes):
             warn_eager("a dynamo graph", "it sets a tensor's .data (Note [Data set behind dynamo])")
+            return DynamoEntry(None)
+        if any(n.target is _ENTER_INFERENCE_MODE for n in gm.graph.nodes):
+            warn_eager("a dynamo graph", "it enters or leaves inference mode (Note [Inference mode behind dynamo])")
             return DynamoEntry(None)
         pre = dynamo_key.Precapture.of(self.pipeline, gm, fakes, torch.is_grad_enabled())  # Note [Keyed before capture]
         found = pre.load()
