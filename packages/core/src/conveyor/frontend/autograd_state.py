@@ -103,6 +103,23 @@ _AUTOGRAD_GRAD = torch.autograd.grad
 _DESCRIPTOR_CALLS = ("__get__", "__set__", "__delete__")
 
 
+# Note [as_strided_ of a tensor that requires grad]: ``x.as_strided_((1,), (1,), 0)``
+# on a tensor ``x`` (a view or not) that requires grad, while a view ``y`` of
+# it is alive (another input, or ``x[0]`` made earlier): eager regenerates
+# ``y``'s gradient function from ``x``'s new layout, so ``y``'s gradient flows
+# back only into the elements ``x`` kept (the rest get zero); the functional
+# graph gave every element its gradient (a silently different gradient), and a
+# view made inside the program replayed its view function on the re-strided
+# fake (a raw IndexError in the capture). Dynamo's entry and aot_eager match
+# eager. A program doing it runs eagerly, with a warning; ``unsqueeze_``,
+# ``t_`` and the other in-place view ops of a base keep its elements and compile.
+
+
+def _requiring_grad(t: Any) -> bool:
+    """``t`` is a tensor that requires grad, or a view of one, with grad mode on."""
+    return isinstance(t, torch.Tensor) and torch.is_grad_enabled() and (t.requires_grad or _view_requiring_grad(t))
+
+
 def _view_requiring_grad(t: Any) -> bool:
     """``t`` is a view whose base requires grad, with grad mode on."""
     if not isinstance(t, torch.Tensor) or not torch.is_grad_enabled() or not t._is_view():
@@ -149,6 +166,11 @@ class AutogradStateWatcher(TorchFunctionMode):
                 "Note [Leaves the program makes])"
             )
         inplace_view = _INPLACE_VIEW_METHODS.get(func)
+        if inplace_view == "as_strided_" and _requiring_grad(args[0] if args else None):
+            raise EagerFallback(
+                "it re-strides a tensor that requires grad in place (Tensor.as_strided_), whose views' gradients "
+                "eager routes through the new layout (Note [as_strided_ of a tensor that requires grad])"
+            )
         if inplace_view is not None and _view_requiring_grad(args[0] if args else None):
             raise EagerFallback(
                 f"it changes the layout of a view that requires grad in place (Tensor.{inplace_view}), which autograd "
