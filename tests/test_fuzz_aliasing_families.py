@@ -205,6 +205,12 @@ def abs_then_real_write(x: torch.Tensor) -> Any:
     return x * 1, a
 
 
+def int_view_then_squeeze_(x: torch.Tensor) -> Any:
+    i = x.view(torch.int64)
+    x.squeeze_()
+    return x * 1, i
+
+
 def set_empty_aliased(a: torch.Tensor, b: torch.Tensor) -> Any:
     with torch.no_grad():
         a.set_()
@@ -249,6 +255,8 @@ CASES: dict[str, Case] = {
     "set_empty_aliased": (set_empty_aliased, lambda: _overlapping(torch.randn(4, 3, dtype=D))),
     # found by the cplx family run long (session 12's h_fuzz, seed 1): a write of a tensor abs() saved
     "abs_then_real_write": (abs_then_real_write, lambda: [_leaf(2, 2, dtype=C) * 1]),
+    # found by the dtview family run long (session 12's h_fuzz, seed 5, torch 2.13)
+    "int_view_then_squeeze_": (int_view_then_squeeze_, lambda: [torch.randn(1, 1, dtype=D)]),
 }
 
 #: case -> entry -> reason of a strict xfail
@@ -256,6 +264,10 @@ XFAIL: dict[str, dict[str, str]] = {}
 #: the autograd README's known difference (M1 of tests/test_dynamo_repro_programs.py), on both entries
 M1 = "eager's backward raises (a saved tensor written in place later); the compiled program's runs (M1)"
 XFAIL["abs_then_real_write"] = {"conveyor": M1, "dynamo": M1}
+XFAIL["int_view_then_squeeze_"] = {
+    # aot_eager and dynamo's entry compile it: functionalize replays the returned dtype view on x's new (0-d) layout
+    "conveyor": "StageError in functionalize: a dtype view of an input whose layout the program changes later"
+}
 if not hasattr(torch.ops.aten, "shallow_copy_data_"):
     # not conveyor's: torch.compile(backend="aot_eager") gives the same gradient. Where dynamo
     # records the assignment as aten.shallow_copy_data_ (torch 2.14), its graph runs eagerly and is exact
