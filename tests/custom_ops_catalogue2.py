@@ -17,59 +17,56 @@ from torch import Tensor
 
 # -- tags -----------------------------------------------------------------------------
 
+#: ``torch.Tag.inplace`` and ``torch.Tag.out`` (newer than torch 2.11): the tagged programs exist
+#: only where this torch has both
+TAGGED = hasattr(torch.Tag, "inplace") and hasattr(torch.Tag, "out")
 
-@op("co_inplace_tag", mutates={"x"}, tags=torch.Tag.inplace)
-def _co_inplace_tag(x: Tensor, y: Tensor) -> Tensor:
-    x.add_(y)
-    return x
+if TAGGED:
 
+    @op("co_inplace_tag", mutates={"x"}, tags=torch.Tag.inplace)
+    def _co_inplace_tag(x: Tensor, y: Tensor) -> Tensor:
+        x.add_(y)
+        return x
 
-program("co_custom_op_inplace_tag_compile", randn((3,), (3,)), grad=False)(lambda x, y: _co_inplace_tag(x, y))
+    program("co_custom_op_inplace_tag_compile", randn((3,), (3,)), grad=False)(lambda x, y: _co_inplace_tag(x, y))
 
+    @op("co_out_tag", mutates={"out"}, tags=torch.Tag.out)
+    def _co_out_tag(x: Tensor, y: Tensor, *, out: Tensor) -> Tensor:
+        out.copy_(x + y)
+        return out
 
-@op("co_out_tag", mutates={"out"}, tags=torch.Tag.out)
-def _co_out_tag(x: Tensor, y: Tensor, *, out: Tensor) -> Tensor:
-    out.copy_(x + y)
-    return out
+    program("co_custom_op_out_tag_compile", randn((3,), (3,), (3,)), grad=False)(
+        lambda x, y, out: _co_out_tag(x, y, out=out)
+    )
 
+    @program("co_inplace_tag_result_mutated", randn((3,), (3,)), grad=False)
+    def _p_inplace_tag_result_mutated(x, y):
+        r = _co_inplace_tag(x, y)
+        r.mul_(2)
+        return x.sum()
 
-program("co_custom_op_out_tag_compile", randn((3,), (3,), (3,)), grad=False)(
-    lambda x, y, out: _co_out_tag(x, y, out=out)
-)
+    @program("co_out_tag_result_mutated", randn((3,), (3,), (3,)), grad=False)
+    def _p_out_tag_result_mutated(x, y, out):
+        r = _co_out_tag(x, y, out=out)
+        r.mul_(2)
+        return out + 0
 
+    @op("co_out_tag2", mutates={"add_out", "mul_out"}, tags=torch.Tag.out)
+    def _co_out_tag2(x: Tensor, y: Tensor, *, add_out: Tensor, mul_out: Tensor) -> tuple[Tensor, Tensor]:
+        add_out.copy_(x + y)
+        mul_out.copy_(x * y)
+        return add_out, mul_out
 
-@program("co_inplace_tag_result_mutated", randn((3,), (3,)), grad=False)
-def _p_inplace_tag_result_mutated(x, y):
-    r = _co_inplace_tag(x, y)
-    r.mul_(2)
-    return x.sum()
+    @program("co_custom_op_out_tag_multiple_returns", randn((3,), (3,), (3,), (3,)), grad=False)
+    def _p_out_tag2(x, y, a, m):
+        r = _co_out_tag2(x, y, add_out=a, mul_out=m)
+        return r[0] * 2, r[1]
 
-
-@program("co_out_tag_result_mutated", randn((3,), (3,), (3,)), grad=False)
-def _p_out_tag_result_mutated(x, y, out):
-    r = _co_out_tag(x, y, out=out)
-    r.mul_(2)
-    return out + 0
-
-
-@op("co_out_tag2", mutates={"add_out", "mul_out"}, tags=torch.Tag.out)
-def _co_out_tag2(x: Tensor, y: Tensor, *, add_out: Tensor, mul_out: Tensor) -> tuple[Tensor, Tensor]:
-    add_out.copy_(x + y)
-    mul_out.copy_(x * y)
-    return add_out, mul_out
-
-
-@program("co_custom_op_out_tag_multiple_returns", randn((3,), (3,), (3,), (3,)), grad=False)
-def _p_out_tag2(x, y, a, m):
-    r = _co_out_tag2(x, y, add_out=a, mul_out=m)
-    return r[0] * 2, r[1]
-
-
-@program("co_custom_op_out_tag_no_grad_on_grad_inputs", randn((3,), (3,)))
-def _p_out_tag_no_grad(x, out):
-    with torch.no_grad():
-        r = _co_out_tag(x, x, out=out)
-    return r
+    @program("co_custom_op_out_tag_no_grad_on_grad_inputs", randn((3,), (3,)))
+    def _p_out_tag_no_grad(x, out):
+        with torch.no_grad():
+            r = _co_out_tag(x, x, out=out)
+        return r
 
 
 # -- mutates_args -----------------------------------------------------------------------

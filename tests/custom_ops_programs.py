@@ -16,7 +16,7 @@ from typing import Any
 
 import conveyor
 import custom_ops_catalogue as cat
-import custom_ops_catalogue2  # noqa: F401  (registers its programs)
+import custom_ops_catalogue2 as cat2  # noqa: F401  (registers its programs; TAGGED, read by tests)
 import custom_ops_catalogue3  # noqa: F401
 import custom_ops_catalogue4  # noqa: F401
 import torch

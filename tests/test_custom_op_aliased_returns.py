@@ -12,6 +12,9 @@ import pytest
 import torch
 from conveyor.testing import check
 
+if not (hasattr(torch.Tag, "inplace") and hasattr(torch.Tag, "out")):
+    pytest.skip("this torch's custom ops have no inplace or out tag (torch 2.11)", allow_module_level=True)
+
 
 @torch.library.custom_op("conveyor_core_test::tagged_add_", mutates_args={"x"}, tags=torch.Tag.inplace)
 def _add_(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,9 @@ from fx_cache_helpers import lookups, mlp, step
 from torch._inductor.utils import fresh_cache
 
 pytestmark = pytest.mark.usefixtures("empty_fx_graph_cache")  # conftest
+#: the tests of the lookup itself, where this torch has what it needs (torch 2.11 lacks some:
+#: every program takes the full path there, which the other tests check)
+needs_lookup = pytest.mark.skipif(fx_entry.api() is None, reason="this torch's Inductor lacks what the lookup needs")
 
 
 def compile_cached(f: Any, folder: Path) -> Any:
@@ -53,6 +56,7 @@ def first(tmp_path: Path, keys_computed: list[str]) -> tuple[torch.nn.Module, to
     return model, x, want
 
 
+@needs_lookup
 def test_a_loaded_program_is_served_by_its_stored_keys(tmp_path: Path, keys_computed: list[str]) -> None:
     model, x, want = first(tmp_path, keys_computed)
     got = step(compile_cached(model, tmp_path), model, x)
@@ -63,6 +67,7 @@ def test_a_loaded_program_is_served_by_its_stored_keys(tmp_path: Path, keys_comp
     assert keys_computed == []
 
 
+@needs_lookup
 def test_the_stored_graph_is_not_kept(
     tmp_path: Path, keys_computed: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -126,6 +131,7 @@ def test_without_the_internals_or_the_cache_the_full_path(
     assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
 
 
+@needs_lookup
 def test_behind_dynamo_too(tmp_path: Path, keys_computed: list[str]) -> None:
     model, x = mlp(), torch.randn(4, 16)
     options = {"backend": "inductor", "cache": True, "cache_dir": str(tmp_path)}
