@@ -96,6 +96,7 @@ def scaled_more(x: torch.Tensor) -> torch.Tensor:
     return (x * 3).softmax(-1)
 
 
+@pytest.mark.slow  # about 20 s; its neighbours keep the cache's hit and miss in the default run
 def test_another_graph_size_stride_or_configuration_is_a_miss() -> None:
     x = torch.randn(6, 8)
     with torch.no_grad():

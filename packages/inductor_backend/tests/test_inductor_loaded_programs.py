@@ -36,6 +36,7 @@ def full_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lowering, "load_entry", lambda *args, **kwargs: None)
 
 
+@pytest.mark.slow  # about 30 s: a whole build after the miss
 def test_a_loaded_program_compiles_on_an_inductor_miss(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # Note [Fake values Inductor makes itself]: the loaded graphs carry no fake values; a
     # miss in Inductor's cache (emptied here) builds them from its own propagation

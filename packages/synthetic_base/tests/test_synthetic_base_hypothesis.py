@@ -172,7 +172,7 @@ def _full_program(ops: list[tuple[int, str]], return_first: bool) -> Callable[..
 
 #: 200 since the metadata writes after a data write (their programs mostly run
 #: eagerly, with a warning, and cost more): about the CI time of the 300 before
-@settings(max_examples=LONG or 120, deadline=None, suppress_health_check=_HEALTH, derandomize=not LONG)
+@settings(max_examples=LONG or 60, deadline=None, suppress_health_check=_HEALTH, derandomize=not LONG)
 @given(full_programs())
 def test_random_aliasing_full_pipeline(full: Any, check_aliased: Any, example: Any) -> None:
     """Every program runs with eager's results and gradients (writes through
