@@ -28,7 +28,8 @@ from conveyor.frontend import subclasses
 from conveyor.frontend.aliased_returns import arguments_for_returns
 from conveyor.frontend.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.frontend.closure import trace_closing_over
-from conveyor.frontend.modes_kept import modes_kept, pin_factory_dtypes, refuse_inference_outputs
+from conveyor.frontend.factory_dtypes import pin_factory_dtypes
+from conveyor.frontend.modes_kept import modes_kept, refuse_inference_outputs
 from conveyor.frontend.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 from conveyor.frontend.reachable import StateWatch, hook_dicts, refuse_changed_containers
 from conveyor.frontend.stand_ins import stand_ins_of
