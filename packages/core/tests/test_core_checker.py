@@ -14,6 +14,15 @@ def test_catches_a_wrong_output():
         check(lambda x: x * 2, torch.randn(3), compile=planted(lambda f, x: f(x) + 1e-3))
 
 
+def test_float8_outputs_are_compared_under_the_tolerance_given():
+    """assert_close refuses a tolerance for float8 tensors: the checker compares
+    their values in float32 (cpu repro sweep: ``x.to(torch.float8_e4m3fn)``)."""
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        check(lambda x, dt=dtype: x.to(dt), torch.rand(8) > 0.5, atol=1e-5, rtol=1e-5)
+        with pytest.raises(AssertionError, match="output 0"):
+            check(lambda x, dt=dtype: x.to(dt), torch.randn(8), compile=planted(lambda f, x: f(x + 1)), atol=1e-5, rtol=1e-5)
+
+
 def test_catches_a_missed_input_mutation():
     def f(x):
         x.add_(1)
