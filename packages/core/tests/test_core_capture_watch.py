@@ -94,6 +94,46 @@ def test_a_seeding_function_bound_before_the_compile_is_seen() -> None:
         _same_as_eager_twice(f)
 
 
+def test_a_default_generators_state_set_back_in_the_program_runs_eagerly() -> None:
+    """Note [A generator's state in the program]: ``Generator.get_state`` and
+    ``set_state`` are C methods the seeding functions' watch never saw; the
+    graph redrew ``y`` instead of repeating ``x`` (h_misc, session 13)."""
+
+    def f(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        state = torch.default_generator.get_state()
+        x = torch.rand(3)
+        torch.default_generator.set_state(state)
+        return x + t, torch.rand(3)
+
+    with pytest.warns(UserWarning, match=EAGERLY + "calls torch.Generator.get_state"):
+        compiled = conveyor.compile(f)
+        for _ in range(2):
+            x, y = compiled(torch.zeros(3))
+            torch.testing.assert_close(x, y)
+
+
+@pytest.mark.parametrize("where", ["default", "made", "argument"])
+def test_a_generator_seeded_in_the_program_runs_eagerly(where: str) -> None:
+    """A generator's ``manual_seed`` in the program (the default one, one it
+    makes, one it is given): eager draws the same numbers on every call, the
+    graph drew new ones from the second call on."""
+
+    def f(x: torch.Tensor, g: torch.Generator | None) -> torch.Tensor:
+        if where == "default":
+            torch.default_generator.manual_seed(5)
+            return x + torch.randn(3)
+        gen = torch.Generator() if where == "made" else g
+        gen.manual_seed(3)
+        return x + torch.randn(3, generator=gen)
+
+    g = torch.Generator()
+    with pytest.warns(UserWarning, match=EAGERLY + "calls torch.Generator.manual_seed"):
+        compiled = conveyor.compile(f)
+        expected = f(torch.zeros(3), g)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(torch.zeros(3), g), expected)
+
+
 def test_cuda_seeding_runs_eagerly() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         torch.cuda.manual_seed(3)

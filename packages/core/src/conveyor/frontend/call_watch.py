@@ -122,8 +122,9 @@ _EVAL_FRAME_FILE = _eval_frame_file()
 # is refused too) and the program compiles through dynamo, which traces it.
 def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
     """The profile hook: a seeding function, a function ``torch.compile``
-    optimized, or ``Tensor.as_subclass`` (a C call: the event names the bound
-    method, not its arguments) starting raises (CPython then removes the hook
+    optimized, a default generator's state read or written, or
+    ``Tensor.as_subclass`` (C calls: the event names the bound method, not its
+    arguments) starting raises (CPython then removes the hook
     from this thread; the capture restores the caller's)."""
     if event == "call":
         name = _SEEDING_CODE.get(frame.f_code)
@@ -136,6 +137,10 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
                 "themselves) (Note [Compiled functions inside a capture])"
             )
             raise _watch.refused
+    elif event == "c_call" and getattr(arg, "__name__", None) in _GENERATOR_STATE:
+        if isinstance(getattr(arg, "__self__", None), torch.Generator):  # Note [A generator's state in the program]
+            _watch.refused = _reseeding(f"calls torch.Generator.{arg.__name__}")
+            raise _watch.refused
     elif event == "c_call" and getattr(arg, "__name__", None) == "as_subclass":
         if isinstance(getattr(arg, "__self__", None), torch.Tensor):
             _watch.refused = DynamoSplits(
@@ -143,6 +148,26 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
                 "(Note [as_subclass inside a capture])"
             )
             raise _watch.refused
+
+
+# Note [A generator's state in the program]: the methods of a
+# ``torch.Generator`` are C, so the seeding functions' watch (by their Python
+# code) never saw ``torch.default_generator.set_state(s)``, its
+# ``manual_seed``, or a generator the program seeds (``torch.Generator().
+# manual_seed(3)``, or one passed in): a trace ran them once, and the graph
+# kept none of it, nor a new generator, which the graph holds as a constant
+# that goes on drawing. ``s = g.get_state(); x = torch.rand(..);
+# g.set_state(s); y = torch.rand(..)`` came back with ``y`` unlike ``x``, and a
+# generator seeded in the program gave new numbers from the second call on,
+# with no warning (h_misc, session 13). The hook now refuses, as the C call
+# starts, the methods that read or write a generator's state (CPython reports
+# the bound method, so the generator is known); reading is refused too, as a
+# trace would keep the state it read as a constant. Left alone: a generator
+# the program makes and draws from without seeding it (each eager call starts
+# it from the default seed, the graph's goes on drawing).
+_GENERATOR_STATE = frozenset(
+    {"manual_seed", "seed", "set_state", "get_state", "set_offset", "graphsafe_set_state", "graphsafe_get_state"}
+)
 
 
 def _after(previous: Callable[..., Any]) -> Callable[[FrameType, str, Any], None]:
