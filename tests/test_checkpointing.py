@@ -67,3 +67,28 @@ def test_checkpointed_blocks_train_as_in_eager(entry: str, reentrant: bool) -> N
             for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
                 torch.testing.assert_close(p.grad, q.grad, msg=lambda m, name=name: f"{name}: {m}")
     assert not [w for w in caught if "eagerly" in str(w.message)]
+
+
+def _x_and_cosines(x: torch.Tensor, ys: list[torch.Tensor]) -> Any:
+    return x, [ys[0].cos(), ys[1].cos()]
+
+
+def test_reentrant_checkpoint_outputs_in_a_list_do_not_require_grad() -> None:
+    """Note [Reentrant checkpointing]: only the tensors ``fn`` returns directly or
+    in a tuple are ``CheckpointFunction``'s outputs; those in a list were computed
+    under ``no_grad`` (eager: no grad; conveyor.compile gave them grad), and an
+    input returned as it is comes back as a view of it."""
+    from conveyor.testing import check
+
+    def f(x: torch.Tensor, ys: list[torch.Tensor]) -> Any:
+        return checkpoint(_x_and_cosines, x, ys, use_reentrant=True)
+
+    x = torch.randn(3, requires_grad=True) * 1
+    ys = [torch.randn(3, requires_grad=True) * 1, torch.randn(3, requires_grad=True) * 1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = conveyor.compile(f)(x, ys)
+        check(f, torch.randn(3), [torch.randn(3), torch.randn(3)])  # no grad: the input itself is not returned
+    assert not [w for w in caught if "eagerly" in str(w.message)]
+    assert out[0].requires_grad and out[0] is not x and out[0]._base is x
+    assert [t.requires_grad for t in out[1]] == [False, False]

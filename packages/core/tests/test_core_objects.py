@@ -305,3 +305,20 @@ def test_a_torch_size_result_stays_a_torch_size():
         shape, (size, _) = compiled(torch.randn(2, 1), torch.randn(1, 5))
     assert type(shape) is torch.Size and shape == torch.Size([2, 5]) and size == torch.Size([2, 1])
     assert compiled.compiles == 3
+
+
+@pytest.mark.parametrize("wrap", ["plain", "checkpoint_wrapper"])
+def test_a_submodule_reached_by_two_paths_compiles(recwarn, wrap):
+    """Note [A submodule reached by two paths]: ``Sequential(lin, lin)`` ran
+    eagerly ("it writes to ['Sequential.0.bias', ...]"), and left no fake only
+    because the state watch put the parameters back."""
+    from conveyor.testing import check
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    lin = torch.nn.Linear(3, 3)
+    mod = torch.nn.Sequential(lin, torch.nn.Tanh(), lin)
+    if wrap == "checkpoint_wrapper":
+        mod = CheckpointWrapper(mod)
+    check(mod, torch.randn(2, 3, requires_grad=True))
+    assert not [w for w in recwarn if "eagerly" in str(w.message)]
+    assert all(type(p) is torch.nn.Parameter for p in mod.parameters())

@@ -205,6 +205,24 @@ def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]
     return names, tensors
 
 
+def one_per_slot(module: torch.nn.Module, params: dict[str, Any]) -> dict[str, Any]:
+    """Note [A submodule reached by two paths]: ``lifted_state`` names a shared
+    submodule's tensors once per path (``0.weight``, ``1.weight`` of
+    ``Sequential(lin, lin)``), and ``functional_call`` given both swaps the one
+    slot twice and puts back the first swap's fake on exit, a write the state
+    watch then refuses. One name per (module, attribute) is swapped; the slot
+    holds one tensor, so every path reads the same value."""
+    seen: set[tuple[int, str]] = set()
+    kept: dict[str, Any] = {}
+    for name, value in params.items():
+        prefix, _, leaf = name.rpartition(".")
+        key = (id(module.get_submodule(prefix)), leaf)
+        if key not in seen:
+            seen.add(key)
+            kept[name] = value
+    return kept
+
+
 def capture(
     fn: Callable[..., Any],
     module: torch.nn.Module | None,
@@ -250,7 +268,7 @@ def capture(
         try:
             with watching_user_code() as autograd_state:  # Note [Autograd state changed by the program]
                 if module is not None:
-                    params = dict(zip(state_names, state, strict=False))
+                    params = one_per_slot(module, dict(zip(state_names, state, strict=False)))
                     out = torch.func.functional_call(module, params, tuple(args), kwargs, tie_weights=False)
                 else:
                     out = fn(*args, **kwargs)

@@ -11,8 +11,11 @@ use_reentrant=True)`` applies ``CheckpointFunction``, whose backward runs
 ``fn`` again and differentiates it: the same gradients as differentiating
 ``fn`` directly, for less memory. Capture traces ``fn`` in its place, so the
 program compiles; what to save and what to recompute is then the partitioner's
-choice, as for any other part of the graph. (Non-reentrant checkpointing
-applies no Function and traces as it is.)
+choice, as for any other part of the graph. What the Function returns is
+kept as eager has it: only the tensors ``fn`` returns directly or in a returned
+tuple are its outputs; a tensor nested deeper (a list of outputs) was computed
+under ``no_grad`` and comes back detached (``_checkpoint_outputs``).
+(Non-reentrant checkpointing applies no Function and traces as it is.)
 
 Note [Autograd state changed by the program] is in ``conveyor.frontend.autograd_state``.
 
@@ -226,7 +229,7 @@ def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
     ):
         if cls is CheckpointFunction and not kwargs:  # Note [Reentrant checkpointing]
             run_function, _preserve_rng_state, *inner = args
-            return run_function(*inner)
+            return _checkpoint_outputs(run_function(*inner), inner)
         applied = functions.probe(cls, args) if not kwargs else "it is applied with keyword arguments"
         if isinstance(applied, str):
             raise EagerFallback(
@@ -235,6 +238,24 @@ def _checked_apply(cls: type, *args: Any, **kwargs: Any) -> Any:
             )
         return functions.apply_as_node(applied, args)
     return original_apply(cls, *args, **kwargs)
+
+
+def _checkpoint_outputs(out: Any, inputs: list[Any]) -> Any:
+    """What ``CheckpointFunction.apply`` returns when ``run_function`` gave
+    ``out``, traced in its place (Note [Reentrant checkpointing]). The
+    Function's outputs are the tensors the function returns directly or as
+    elements of a returned tuple: an input returned as it is comes back as a
+    view of it. A tensor nested deeper (in a list, a dict, a tuple in the
+    tuple) is no output of the Function: eager computed it under ``no_grad``,
+    so it comes back detached."""
+    top = out if isinstance(out, tuple) else (out,)
+    fixed = tuple(
+        (o.view_as(o) if any(o is i for i in inputs) else o)
+        if isinstance(o, torch.Tensor)
+        else pytree.tree_map_only(torch.Tensor, torch.Tensor.detach, o)
+        for o in top
+    )
+    return fixed if isinstance(out, tuple) else fixed[0]
 
 
 # Note [Custom ops]: a ``torch.library.custom_op`` with ``register_autograd``
