@@ -6,8 +6,10 @@ from __future__ import annotations
 import conveyor
 import pytest
 import torch
+import torch.nn.functional as F
 from autograd_helpers import labels
 from conveyor.testing import check
+from torch import nn
 
 
 def pointwise_chain(x, y):
@@ -147,3 +149,12 @@ def test_outputs_viewing_intermediates_can_be_changed_in_place(compile_with) -> 
         grads.append(x.grad)
         x.grad = None
     torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_rrelu_in_training_differentiates_the_noise_it_drew(compile_with) -> None:
+    """Note [Functional ops whose formula reads a written argument]: torch's formula
+    for ``rrelu_with_noise_functional`` reads the noise buffer before the draw
+    (uninitialized): the gradient was garbage (cpu repro sweep)."""
+    check(lambda x: F.rrelu(x * 2, training=True), r(4, 8), compile=compile_with)
+    check(nn.RReLU(0.1, 0.3).train(), r(2, 16), compile=compile_with)
+    check(lambda x: F.rrelu(x, training=False), r(4, 8), compile=compile_with)
