@@ -84,11 +84,14 @@ def test_autocast_set_inside_program(entry: str, call: int) -> None:
 
 
 @pytest.mark.parametrize("call", [1, 2])
-def test_default_dtype_set_inside_program(call: int) -> None:
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
+def test_default_dtype_set_inside_program(entry: str, call: int) -> None:
     """The program sets the default dtype to float64 between two factory calls: eager's
     first ``torch.ones`` is float32, its second float64, and float64 stays the default.
     The first compiled call made both float64, later ones neither (Note [A program that
-    leaves grad mode changed])."""
+    leaves grad mode changed]). Behind dynamo, the graph holds the call, which dynamo ran as
+    it traced: the compiled graph left float32 the default (Note [Global settings set behind
+    dynamo])."""
     import torch
 
     def f(x):
@@ -96,7 +99,7 @@ def test_default_dtype_set_inside_program(call: int) -> None:
         torch.set_default_dtype(torch.float64)
         return a, torch.ones(2) * 2
 
-    compiled = cp.quiet_compiler("conveyor")(f)
+    compiled = cp.quiet_compiler(entry)(f)
     try:
         ref = f(torch.zeros(2))
         for _ in range(call):
@@ -108,12 +111,14 @@ def test_default_dtype_set_inside_program(call: int) -> None:
     assert [o.dtype for o in out] == [o.dtype for o in ref] == [torch.float32, torch.float64]
 
 
+@pytest.mark.parametrize("entry", ["conveyor", "dynamo"])
 @pytest.mark.parametrize("setting", ["deterministic", "matmul_precision"])
-def test_global_settings_set_inside_program(setting: str) -> None:
+def test_global_settings_set_inside_program(setting: str, entry: str) -> None:
     """A program that switches deterministic algorithms on, or sets the float32 matmul
     precision, leaves the setting changed for its caller in eager, on every call; the
     compiled program's later calls left it as it was (Note [A program that leaves grad
-    mode changed])."""
+    mode changed]); behind dynamo, deterministic algorithms alike (Note [Global settings set
+    behind dynamo]: PyTorch's test_deterministic_algorithms_mutated)."""
     import torch
 
     get, put, new = {
@@ -125,7 +130,7 @@ def test_global_settings_set_inside_program(setting: str) -> None:
         put(new)
         return x + 1
 
-    compiled = cp.quiet_compiler("conveyor")(f)
+    compiled = cp.quiet_compiler(entry)(f)
     old = get()
     try:
         for _ in range(3):

@@ -64,6 +64,31 @@ def last_dynamo_graphs() -> tuple[StageGraph, ...]:
 # warning: its calls enter and leave the region as eager does.
 _ENTER_INFERENCE_MODE = getattr(torch.autograd.grad_mode, "_enter_inference_mode", None)
 
+# Note [Global settings set behind dynamo]: dynamo puts
+# ``torch.use_deterministic_algorithms(..)`` (as ``torch._C._set_deterministic_algorithms``),
+# ``torch.set_default_dtype(..)`` and ``torch.set_float32_matmul_precision(..)`` in its
+# graph as calls, and has already run them while it traced, so capture starts with
+# the setting made and sees no change (Note [A program that leaves grad mode changed] cannot fire); the graph
+# kept nothing, and the caller's setting stayed as it was where eager (and the
+# graph run as dynamo made it) leaves it changed (aot_eager alike; h_misc, session
+# 13). Such a graph runs as dynamo made it, with a warning.
+_GLOBAL_SETTERS = {
+    torch._C._set_deterministic_algorithms: "deterministic algorithms",
+    torch.use_deterministic_algorithms: "deterministic algorithms",
+    torch.set_default_dtype: "the default dtype",
+    torch._C._set_default_dtype: "the default dtype",
+    torch.set_float32_matmul_precision: "float32 matmul precision",
+    torch._C._set_float32_matmul_precision: "float32 matmul precision",
+}
+
+
+def _global_setting(gm: torch.fx.GraphModule) -> str | None:
+    """What global setting a call in ``gm`` sets (Note [Global settings set behind dynamo])."""
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and isinstance(n.target, Hashable) and n.target in _GLOBAL_SETTERS:
+            return _GLOBAL_SETTERS[n.target]
+    return None
+
 
 @dataclass(frozen=True)
 class DynamoEntry:
@@ -172,6 +197,10 @@ class DynamoCompiled:
         gm = with_constant_items(self._traced, items)
         if any(sets_data(n) for n in gm.graph.nodes):
             warn_eager("a dynamo graph", "it sets a tensor's .data (Note [Data set behind dynamo])")
+            return DynamoEntry(None)
+        setting = _global_setting(gm)
+        if setting is not None:
+            warn_eager("a dynamo graph", f"it sets {setting} (Note [Global settings set behind dynamo])")
             return DynamoEntry(None)
         if any(n.target is _ENTER_INFERENCE_MODE for n in gm.graph.nodes):
             warn_eager("a dynamo graph", "it enters or leaves inference mode (Note [Inference mode behind dynamo])")

@@ -51,6 +51,21 @@ unused ones as zeros (eager's ``materialize_grads``): dynamo's own model,
 which the joint trace records as aten ops. A Function that marks an input
 dirty (``dirty_idx``: it writes it in place) or is given a symbolic float
 keeps the warned eager fallback.
+
+Note [Forward-body outputs no one reads]: dynamo may return more from
+``fwd_body`` than the Function's outputs: torch 2.11 returns every tensor
+intermediate of the forward too (its ``speculate_subgraph`` with
+``allow_side_effects``), so that a tensor smuggled out by a side effect can be
+read; ``bwd_body`` takes an unused gradient for each. The outer graph reads
+the hop's result by ``getitem``: the node returns only the outputs it reads
+(``AppliedBodies.kept``), the rest get zero gradients as unused outputs do.
+Returned, such an intermediate could be the base of the Function's output
+(``x.clone()[:3]`` returns the view and the clone), and a custom op's outputs
+may not share memory: torch's check raised a RuntimeError at run time.
+
+Outputs that share memory with each other (a Function returning a tensor and
+a view of it) cannot be one node's on any torch: the probe finds them and the
+application keeps the warned eager fallback (it raised at run time).
 """
 
 from __future__ import annotations
@@ -58,6 +73,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,20 +101,47 @@ class AppliedBodies:
     arguments: Arguments
     single: bool
     non_differentiable: tuple[int, ...]
+    #: the positions of the forward body's outputs the node returns, of ``width``
+    #: (Note [Forward-body outputs no one reads]); ``None``: all of them
+    kept: tuple[int, ...] | None = None
+    width: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kept is not None and (self.single or not all(0 <= i < self.width for i in self.kept)):
+            raise ValueError(f"kept outputs {self.kept} are not positions of {self.width} forward-body outputs")
 
     def run_forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> tuple[list[torch.Tensor], list[Any]]:
-        """The outputs and the values saved for backward."""
+        """All of the forward body's outputs and the values saved for backward."""
         with torch.no_grad():  # the body switches grad mode itself; this restores the caller's
             outs, saved = self.fwd(*self.arguments.fill(tensors, ints))
         return _as_list(outs), _as_list(saved)
 
     def forward(self, tensors: Sequence[torch.Tensor], ints: Sequence[Any]) -> list[torch.Tensor]:
-        return self.run_forward(tensors, ints)[0]
+        """The node's outputs."""
+        outs = self.run_forward(tensors, ints)[0]
+        return outs if self.kept is None else [outs[i] for i in self.kept]
+
+    @property
+    def marked(self) -> tuple[int, ...]:
+        """The node's outputs the Function marks non-differentiable."""
+        if self.kept is None:
+            return self.non_differentiable
+        return tuple(self.kept.index(i) for i in self.non_differentiable if i in self.kept)
+
+    def placed(self, outs: Sequence[torch.Tensor]) -> Any:
+        """The node's outputs where the outer graph reads the hop's result (``None`` at the unread)."""
+        if self.kept is None:
+            return outs[0] if self.single else tuple(outs)
+        found = dict(zip(self.kept, outs, strict=True))
+        return tuple(found.get(i) for i in range(self.width))
 
     def gradients(
         self, tensors: Sequence[torch.Tensor], ints: Sequence[Any], requires: Sequence[bool], grads: Grads
     ) -> Grads:
         outs, saved = self.run_forward([t.detach() for t in tensors], ints)
+        if self.kept is not None:  # the unread outputs' gradients are unused ones
+            found_grads = dict(zip(self.kept, grads, strict=True))
+            grads = [found_grads.get(i) for i in range(len(outs))]
         materialized = [torch.zeros_like(o) if g is None else g for o, g in zip(outs, grads, strict=True)]
         with torch.no_grad():
             found = _as_list(self.bwd(*materialized, *saved))
@@ -129,7 +172,7 @@ def _op() -> Any:
         ctx.key, ctx.ints = key, ints
         ctx.requires = tuple(t.requires_grad for t in tensors)
         ctx.save_for_backward(*tensors)
-        marked = _APPLIED[key].non_differentiable
+        marked = _APPLIED[key].marked
         if marked:
             ctx.mark_non_differentiable(*(output[i] for i in marked))
 
@@ -178,25 +221,40 @@ def probe(cls: type, args: tuple[Any, ...]) -> Applied | str:
     return Applied(cls, arguments, isinstance(out, torch.Tensor), marked, requires)
 
 
-def probe_bodies(fwd: torch.fx.GraphModule, bwd: torch.fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> AppliedBodies | str:
+def probe_bodies(
+    fwd: torch.fx.GraphModule,
+    bwd: torch.fx.GraphModule,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    read: tuple[int, ...] | None = None,
+) -> AppliedBodies | str:
     """dynamo's application of a Function (Note [Functions behind dynamo]) as
     one node, or why it cannot be one: the forward body is run once on
-    stand-ins, outside the trace."""
+    stand-ins, outside the trace. ``read``: the positions of its outputs the
+    outer graph reads (Note [Forward-body outputs no one reads]); ``None``: all."""
     if kwargs.get("dirty_idx"):
         return "it marks an input dirty (writes it in place)"
     if any(isinstance(a, (torch.SymFloat, torch.SymBool)) for a in args):
         return "it is given a symbolic float or bool"
     arguments = Arguments.of(args)
+    width: list[int] = []
 
     def run(stand_ins: list[Any]) -> Any:
         with torch.no_grad():
-            return fwd(*stand_ins)[0]
+            out = fwd(*stand_ins)[0]
+        if read is None or not isinstance(out, (tuple, list)):
+            return out
+        width.append(len(out))
+        return [out[i] for i in read]  # Note [Forward-body outputs no one reads]
 
     found = _run_on_stand_ins(run, args, arguments)
     if isinstance(found, str):
         return found
     out, _ = found
-    return AppliedBodies(fwd, bwd, arguments, isinstance(out, torch.Tensor), tuple(kwargs.get("non_differentiable_idx", ())))
+    non_differentiable = tuple(kwargs.get("non_differentiable_idx", ()))
+    if not width or read == tuple(range(width[0])):
+        return AppliedBodies(fwd, bwd, arguments, isinstance(out, torch.Tensor), non_differentiable)
+    return AppliedBodies(fwd, bwd, arguments, False, non_differentiable, read, width[0])
 
 
 def _run_on_stand_ins(
@@ -204,7 +262,8 @@ def _run_on_stand_ins(
 ) -> tuple[Any, list[torch.Tensor]] | str:
     """``run``'s result on stand-ins of ``args`` and its outputs as a list, or
     why they cannot be one node's: it raised, it returned something other
-    than tensors, wrote its inputs, or returned one of them (or a view)."""
+    than tensors, wrote its inputs, returned one of them (or a view), or
+    returned outputs that share memory."""
     # outside the trace and the capture's own function modes (it watches the user's code)
     with disable_proxy_modes_tracing(), torch._C.DisableTorchFunction():
         stand_ins = [_stand_in(a) if isinstance(a, torch.Tensor) else a for a in args]
@@ -222,6 +281,10 @@ def _run_on_stand_ins(
         storages = {t.untyped_storage()._cdata for t in ins if t.layout is torch.strided}
         if any(o.layout is torch.strided and o.untyped_storage()._cdata in storages for o in outs):
             return "it returns one of its inputs or a view of one"
+        # a custom op's outputs may not alias each other (Note [Forward-body outputs no one reads])
+        shared = [o.untyped_storage()._cdata for o in outs if o.layout is torch.strided]
+        if len(set(shared)) != len(shared):
+            return "it returns outputs that share memory (a tensor and a view of it)"
     return out, outs
 
 
@@ -235,10 +298,9 @@ def apply_as_node(applied: Applied | AppliedBodies, args: Sequence[Any]) -> Any:
     tensors, ints = applied.arguments.tensors(args), applied.arguments.ints(args)
     if isinstance(applied, Applied):
         outs = function_records.apply_recorded(applied, key, tensors, ints)
-    else:
-        _APPLIED[key] = applied
-        outs = _op()(key, tensors, ints)
-    return outs[0] if applied.single else tuple(outs)
+        return outs[0] if applied.single else tuple(outs)
+    _APPLIED[key] = applied
+    return applied.placed(_op()(key, tensors, ints))
 
 
 def with_functions_as_nodes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -253,17 +315,36 @@ def with_functions_as_nodes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for node in graph.nodes:
         if node.op == "call_function" and node.target is hop:
             node.target = apply_bodies
+            read = _read_positions(node)
+            if read is not None:
+                node.kwargs = {**node.kwargs, READ: read}
     return torch.fx.GraphModule(gm, graph)
+
+
+#: the keyword of ``apply_bodies`` that names the outputs the outer graph reads
+READ = "conveyor_read_outputs"
+
+
+def _read_positions(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """The positions of ``node``'s result its users read, when each of them is a
+    ``getitem`` by a constant position (Note [Forward-body outputs no one reads])."""
+    found = set()
+    for user in node.users:
+        if not (user.op == "call_function" and user.target is operator.getitem and isinstance(user.args[1], int)):
+            return None
+        found.add(user.args[1])
+    return tuple(sorted(found)) if found and min(found) >= 0 else None
 
 
 def apply_bodies(fwd: torch.fx.GraphModule, bwd: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
     """What ``autograd_function_apply(fwd, bwd, *args, **kwargs)`` records in
     a capture (Note [Functions behind dynamo]): one node where a gradient can
     flow, else the forward body, inline."""
+    read = kwargs.pop(READ, None)
     if not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
         with torch.no_grad():  # as the Function's forward runs; no output requires grad
             return fwd(*args)[0]
-    applied = probe_bodies(fwd, bwd, args, kwargs)
+    applied = probe_bodies(fwd, bwd, args, kwargs, read)
     if isinstance(applied, str):
         from conveyor.errors import EagerFallback
 
