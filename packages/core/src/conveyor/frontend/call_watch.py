@@ -18,6 +18,7 @@ from types import CodeType, FrameType
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from conveyor.errors import DynamoSplits, EagerFallback
 
@@ -138,7 +139,8 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
             )
             raise _watch.refused
     elif event == "c_call" and getattr(arg, "__name__", None) in _GENERATOR_STATE:
-        if isinstance(getattr(arg, "__self__", None), torch.Generator):  # Note [A generator's state in the program]
+        if isinstance(getattr(arg, "__self__", None), torch.Generator) and not _checkpoint_reads(frame, arg):
+            # Note [A generator's state in the program]
             _watch.refused = _reseeding(f"calls torch.Generator.{arg.__name__}")
             raise _watch.refused
     elif event == "c_call" and getattr(arg, "__name__", None) == "as_subclass":
@@ -168,6 +170,31 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
 _GENERATOR_STATE = frozenset(
     {"manual_seed", "seed", "set_state", "get_state", "set_offset", "graphsafe_set_state", "graphsafe_get_state"}
 )
+
+
+# Note [The state a checkpoint reads]: ``torch.utils.checkpoint`` (non-reentrant,
+# ``preserve_rng_state=True``, the default) reads the generator's state in the
+# forward (``torch.get_rng_state()``) to replay the forward's randomness when
+# its backward recomputes. A captured program never runs that recomputation
+# (its backward is the compiled one, which keeps the forward's random values),
+# so the read is dead: it is let through, or every checkpointed program ran
+# eagerly. Writes (``set_rng_state``, in the recomputation) are still refused.
+_CHECKPOINT_FILE = torch.utils.checkpoint.__file__
+
+
+def _checkpoint_reads(frame: FrameType, arg: Any) -> bool:
+    """``arg`` (a generator's method) is ``get_state`` called for
+    ``torch.utils.checkpoint``, directly or through ``torch.get_rng_state``."""
+    if arg.__name__ != "get_state":
+        return False
+    f: FrameType | None = frame
+    for _ in range(3):
+        if f is None:
+            return False
+        if f.f_code.co_filename == _CHECKPOINT_FILE:
+            return True
+        f = f.f_back
+    return False
 
 
 def _after(previous: Callable[..., Any]) -> Callable[[FrameType, str, Any], None]:
