@@ -322,3 +322,24 @@ def test_a_submodule_reached_by_two_paths_compiles(recwarn, wrap):
     check(mod, torch.randn(2, 3, requires_grad=True))
     assert not [w for w in recwarn if "eagerly" in str(w.message)]
     assert all(type(p) is torch.nn.Parameter for p in mod.parameters())
+
+
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_a_parameter_made_of_a_closed_over_tensor_compiles_through_dynamo(requires_grad):
+    """Note [Parameters a program makes]: the second trace lifted the real
+    nn.Parameter as a constant and the fake mode refused it ("Please convert all
+    Tensors to FakeTensors first"; test_cpu_repro.py's test_nn_param_assign)."""
+    from conveyor.testing import check
+
+    class Rebinding(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.w = torch.randn(3, 3)
+
+        def forward(self, x):
+            self.lin.weight = torch.nn.Parameter(self.w, requires_grad=requires_grad)
+            return self.lin(x)
+
+    with pytest.warns(UserWarning, match=r"through dynamo.*nn.Parameter of a tensor it closes over"):
+        check(Rebinding(), torch.randn(2, 3))

@@ -20,6 +20,17 @@ was made by this run of the program, so it becomes a constant of the graph
 second trace never met was such a tensor of the first trace: the program is
 traced once more without it. No fake of a real tensor is ever left in a
 graph as a constant.
+
+Note [Parameters a program makes]: ``nn.Parameter(self.w)`` of a tensor the
+program closes over (a module rebinding its weight in ``forward``) is made
+without the dispatcher, so it is real in both traces, and a new object in the
+second. As a constant of the graph it would be wrong twice: one requiring grad
+is a leaf the program makes (Note [Leaves the program makes]), and it shares
+``self.w``'s storage, whose later in-place changes a constant would not see.
+Dynamo makes it outside its graphs from the tensor it reads as an input, so
+the program compiles through dynamo. Before, the second trace failed with the
+fake mode's "Please convert all Tensors to FakeTensors first" (it lifts only
+plain tensors; test_cpu_repro.py's ``test_nn_param_assign``).
 """
 
 from __future__ import annotations
@@ -64,6 +75,10 @@ class _RealTensors(TorchFunctionMode):
             return self.swaps[id(t)]
         self.found.setdefault(id(t), t)
         if self.made_here:  # Note [Tensors a program makes]: a constant of the graph
+            if t.requires_grad or type(t) is not torch.Tensor:  # Note [Parameters a program makes]
+                raise DynamoSplits(
+                    "it makes an nn.Parameter of a tensor it closes over (Note [Parameters a program makes])"
+                )
             return torch.ops.aten.lift_fresh.default(t)  # type: ignore[no-any-return]
         return self.fake_mode.from_tensor(t, static_shapes=True)
 
