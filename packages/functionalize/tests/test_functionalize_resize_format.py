@@ -39,3 +39,44 @@ def test_resize_without_a_memory_format_compiles(fmt: torch.memory_format | None
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="conveyor:")
         check(fn, torch.randn(24), compile=compile_eager)
+
+
+def _roomy(room: int, *size: int) -> torch.Tensor:
+    """A tensor of ``size`` whose storage holds ``room`` known values."""
+    return torch.arange(float(room)).resize_(*size)
+
+
+def test_resize_as_growing_an_input_within_its_storage() -> None:
+    """test_misc.py's test_inplace_view_on_graph_input (resize_as_): eager shows the
+    storage's values past the old size, the functional resize_as fresh memory (Note
+    [resize_as_ that grows a tensor])."""
+
+    def fn(x):
+        x.resize_as_(torch.empty(4, 3))
+        return x * 2
+
+    with pytest.warns(UserWarning, match="resize_as_ that grows a tensor"):
+        check(fn, _roomy(12, 2, 3), compile=compile_eager)
+
+
+def test_resize_as_growing_an_intermediate_again() -> None:
+    """Shrunk, then grown back within its storage: the epilogue raised a shape mismatch."""
+
+    def fn(x):
+        y = x.clone()
+        y.resize_(2)
+        y.resize_as_(x)
+        return y * 2
+
+    with pytest.warns(UserWarning, match="resize_as_ that grows a tensor"):
+        check(fn, torch.randn(2, 3), compile=compile_eager)
+
+
+def test_resize_as_shrinking_compiles() -> None:
+    def fn(x):
+        x.resize_as_(torch.empty(1, 3))
+        return x * 2
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="conveyor:")
+        check(fn, torch.randn(2, 3), compile=compile_eager)

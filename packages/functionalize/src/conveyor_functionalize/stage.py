@@ -21,8 +21,9 @@ from conveyor_functionalize.hidden_writes import data_aliases, hidden_write_deta
 from conveyor_functionalize.layout import FunctionalLayout
 from conveyor_functionalize.one_run import in_one_run, lower_in_one_run
 from conveyor_functionalize.overlapping import check_no_mutated_aliases
+from conveyor_functionalize.resize_format import GROW_REASON as RESIZE_AS_REASON
 from conveyor_functionalize.resize_format import REASON as RESIZE_FORMAT_REASON
-from conveyor_functionalize.resize_format import resizes_into_memory_format
+from conveyor_functionalize.resize_format import grows_with_resize_as, resizes_into_memory_format
 from conveyor_functionalize.self_overlap import (
     SPARSE_COMPRESSED_REASON,
     VIEW_REASON,
@@ -78,6 +79,8 @@ class Functionalize:
             return eager_lowering(request, STAGE, [], DTYPE_VIEW_REASON)  # Note [Writes through a dtype view]
         if resizes_into_memory_format(request.graph):  # Note [Resizes into a memory format]
             return eager_lowering(request, STAGE, [], RESIZE_FORMAT_REASON)
+        if grows_with_resize_as(request.graph):  # Note [resize_as_ that grows a tensor]
+            return eager_lowering(request, STAGE, [], RESIZE_AS_REASON)
         if writes_through_self_overlapping_view(request.graph):
             return eager_lowering(request, STAGE, [], VIEW_REASON)  # Note [Writes through a self-overlapping view]
         hidden = hidden_write_detaches(request.graph, request.inputs, request.grad_enabled)
