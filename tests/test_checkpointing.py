@@ -92,3 +92,20 @@ def test_reentrant_checkpoint_outputs_in_a_list_do_not_require_grad() -> None:
     assert not [w for w in caught if "eagerly" in str(w.message)]
     assert out[0].requires_grad and out[0] is not x and out[0]._base is x
     assert [t.requires_grad for t in out[1]] == [False, False]
+
+
+def test_a_backward_inside_the_program_compiles_under_compiled_autograd() -> None:
+    """Note [Joint trace under compiled autograd]: a program that runs
+    ``autograd.grad`` itself, traced inside ``conveyor_compiled_autograd.enable()``,
+    had that backward captured by compiled autograd, and the compiled program
+    then ran on the trace's FakeTensors (AssertionError at the call)."""
+    import conveyor_compiled_autograd as cca
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        z = checkpoint(lambda a: torch.sigmoid(a + 4), x, use_reentrant=False)
+        return torch.autograd.grad(z.sum(), x)[0]
+
+    x = torch.randn(4, 4, requires_grad=True)
+    with cca.enable():
+        got = conveyor.compile(f)(x)
+    torch.testing.assert_close(got, f(x))

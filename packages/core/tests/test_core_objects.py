@@ -343,3 +343,23 @@ def test_a_parameter_made_of_a_closed_over_tensor_compiles_through_dynamo(requir
 
     with pytest.warns(UserWarning, match=r"through dynamo.*nn.Parameter of a tensor it closes over"):
         check(Rebinding(), torch.randn(2, 3))
+
+
+def test_a_closure_rebound_by_a_function_the_program_calls_runs_eagerly():
+    """Note [Functions a program calls by name]: ``gn`` counted once, at trace
+    time, and never again: the compiled program dropped the side effect."""
+    counter = 0
+
+    def gn(x):
+        nonlocal counter
+        counter += 1
+        return x.sin()
+
+    def fn(x):
+        return gn(x) * 2
+
+    f = conveyor.compile(fn)
+    with pytest.warns(UserWarning, match="eagerly"):
+        f(torch.randn(3))
+    f(torch.randn(3))
+    assert counter == 2

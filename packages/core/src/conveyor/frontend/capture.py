@@ -333,8 +333,13 @@ def trace_user(fn: Callable[..., Any], fake_inputs: Sequence[Any], fake_mode: An
     (see ``conveyor.analysis.grad_regions``); tensor subclass inputs and outputs are
     traced as their inner tensors, and the result carries their boundary
     (Note [Tensor subclasses])."""
+    from torch._dynamo import compiled_autograd
+
     default = torch.get_default_dtype()
-    with modes_kept():  # Note [A program that leaves grad mode changed]
+    # Note [Joint trace under compiled autograd] (autograd stage): a program running
+    # autograd.grad or .backward() itself, traced inside a compiled-autograd region, had
+    # that backward captured by compiled autograd, which kept the trace's fakes in its graph
+    with modes_kept(), compiled_autograd._disable():  # Note [A program that leaves grad mode changed]
         traced = _trace_user(fn, fake_inputs, fake_mode)
     pin_factory_dtypes(traced.graph, default)  # Note [Factory calls under a default dtype the program set]
     return traced

@@ -87,12 +87,30 @@ def reached_modules(fn: Callable[..., Any]) -> tuple[torch.nn.Module, ...]:
 
 def _functions(fn: Callable[..., Any] | None, module: torch.nn.Module | None) -> list[types.FunctionType]:
     """The Python functions whose own global and closure bindings a program
-    may rebind: ``fn`` (or its ``__func__``) and a module's ``forward``."""
-    found = []
-    for f in (getattr(fn, "__func__", fn), getattr(type(module), "forward", None) if module is not None else None):
-        if isinstance(f, types.FunctionType) and f not in found:
-            found.append(f)
+    may rebind: ``fn`` (or its ``__func__``), a module's ``forward``, and the
+    functions these reach by name (Note [Functions a program calls by name])."""
+    found: list[types.FunctionType] = []
+    stack = [getattr(fn, "__func__", fn), getattr(type(module), "forward", None) if module is not None else None]
+    while stack and len(found) < _MAX_FUNCTIONS:
+        f = stack.pop()
+        if not isinstance(f, types.FunctionType) or f in found or (f.__module__ or "").split(".")[0] in _INFRASTRUCTURE:
+            continue
+        found.append(f)
+        reached = [_cell_contents(c) for c in f.__closure__ or ()]
+        reached += [f.__globals__.get(name) for name in f.__code__.co_names]
+        stack += [getattr(v, "__func__", v) for v in reached if isinstance(getattr(v, "__func__", v), types.FunctionType)]
     return found
+
+
+# Note [Functions a program calls by name]: a function the program reaches
+# through its closure or its globals (``checkpoint(gn, x)`` with ``gn`` a
+# closure doing ``nonlocal counter; counter += 1``) runs its Python once, at
+# trace time; the graph keeps none of it. Its closure and global bindings are
+# watched as the program's own are, so such a program runs eagerly, warned,
+# instead of counting once and never again (eager counts every call, and again
+# in a reentrant checkpoint's recomputation). Functions of the runtime's
+# libraries (torch, functools, ...) are not followed.
+_MAX_FUNCTIONS = 64
 
 
 def hook_dicts(m: torch.nn.Module | None) -> tuple[dict[Any, Any], ...]:
