@@ -179,3 +179,23 @@ def test_an_optimizer_step_whose_learning_rate_changes_updates_the_callers_param
         results.append([p.detach().clone() for p in lin.parameters()])
     for got, want in zip(results[1], results[0], strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_a_transform_in_a_graph_that_runs_eagerly_leaves_no_state_behind():
+    """Note [Transform state a stopped trace leaves]: the capture stopped inside
+    ``torch.func.grad`` (its ``requires_grad_``) with functorch's grad interpreter
+    pushed and saved-tensor hooks disabled: dynamo's guard on the transform stack
+    failed on the frame that made it (test_cpu_repro.py)."""
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    def f(x):
+        return torch.func.grad(lambda y: y.sin().sum())(x)
+
+    torch._dynamo.reset()
+    x = torch.randn(4)
+    with pytest.warns(UserWarning, match="running a dynamo graph eagerly"):
+        out = torch.compile(f, backend="conveyor")(x)
+    torch.testing.assert_close(out, x.cos())
+    assert not retrieve_all_functorch_interpreters()
+    assert torch._C._autograd._saved_tensors_hooks_is_enabled()
+    assert not torch._C._functorch.get_inplace_requires_grad_allowed()

@@ -33,6 +33,7 @@ from conveyor.frontend.autograd_state import sets_data, watching_user_code
 from conveyor.frontend.capture import trace_user
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.fallback import watching_capture
+from conveyor.frontend.transform_state import restored_on_failure
 from conveyor.protocol import structured_trace, timings
 from conveyor.protocol.config import resolve
 from conveyor.protocol.lowering import warn_eager
@@ -232,7 +233,7 @@ class DynamoCompiled:
         # nodes), for a trace that records the same ops either way
         started = timings.stopwatch()  # Note [Compile timings]
         try:
-            with watching_capture(seeding=False):
+            with watching_capture(seeding=False), restored_on_failure():  # Note [Transform state a stopped trace leaves]
                 # Note [Tensors a dynamo graph holds]: dynamo keeps some real tensors as
                 # attributes of its graph (the parameters an optimizer step updates):
                 # they become graph inputs after the call's, as a standalone
