@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the catalogues (--import-mode=
 import autograd_grad_programs  # noqa: E402, F401  (registers its programs)
 import autograd_hook_programs  # noqa: E402, F401
 import ca_program_harness as h  # noqa: E402
+import checkpoint_hook_programs  # noqa: E402, F401  (and backward_hop_programs)
 import compiled_autograd_programs  # noqa: E402, F401
 import hook_programs  # noqa: E402, F401
 
@@ -36,6 +37,14 @@ B8 = ("under compiled autograd the hooks of two leaves fed by one compiled regio
 REFUSED = "higher-order gradients through a compiled program: a loud refusal, as torch.compile's"
 TORCH_ORDER = "torch's compiled autograd (aot_eager) differs alike: hook order / values in one captured graph"
 TORCH_DYNAMO = "torch.compile(backend='aot_eager') differs from eager alike (torch's behaviour)"
+
+CK_LIST = ("a reentrant checkpoint returning tensors in a list: eager computes them under no_grad, dynamo's "
+           "tag_activation_checkpoint differentiates them; torch.compile(backend='aot_eager') alike")
+CK_TWICE = ("two autograd.grad calls inside the program through one compiled region, without retain_graph: "
+            "aot_eager raises 'backward through the graph a second time' alike (conveyor: a TypeError, its saved "
+            "values freed)")
+CK_NESTED = ("conveyor.compile of a program running autograd.grad (split by dynamo) whose non-reentrant checkpoint "
+             "calls a conveyor.compile'd function: the backward gets no saved values (TypeError) (h_ckpt C5)")
 
 _ANY_BW = h.BACKWARDS
 
@@ -68,6 +77,11 @@ def _known() -> dict[tuple[str, str, str], tuple[str, str]]:
         "node_post_hook_registered_in_unpack")
     add("torch", TORCH_ORDER, ("eager", "conveyor", "dynamo"), ("ca",), "tensor_hooks_inplace_multiple_outputs")
     add("bug", B8, ("conveyor", "dynamo"), ("ca",), "hooks_counter_and_modify")
+    # checkpointing (checkpoint_hook_programs; /work/reports/s13/h_ckpt.md)
+    add("torch", CK_LIST, ("dynamo",), _ANY_BW, "ckpt_list_inputs")
+    add("torch", CK_TWICE, ("dynamo",), _ANY_BW, "joint_graph_passes_view_and_permute",
+        "user_phase_annotation_with_extra_autograd_grad")
+    add("bug", CK_NESTED, ("conveyor",), ("engine",), "checkpoint_recompute_calls_compiled_function")
     return known
 
 
@@ -107,6 +121,7 @@ def test_representative_program(name: str, forward: str, backward: str) -> None:
 #: one run of each open bug but B8 (a slow one), in the default run (B3, B4, B5, B7 fixed), so that a fix shows at once (remove its KNOWN entries then)
 BUG_RUNS = (
     ("grad_nonleaf_unbind_hook", "conveyor", "engine"),  # B6
+    ("checkpoint_recompute_calls_compiled_function", "conveyor", "engine"),  # h_ckpt C5
 )  # B8: hooks_counter_and_modify (slow)
 
 
