@@ -103,3 +103,23 @@ def test_a_structured_trace_gets_the_stored_graphs_by_name(monkeypatch: pytest.M
     monkeypatch.setattr(structured_trace, "_sink", lambda: (lazy, frozenset()) if listening[0] else None)
     stored_graphs.emit(fresh, "/cache/ab/ab12.program")
     assert not fresh.loaded
+
+
+def test_a_deferred_value_is_unpickled_on_first_use() -> None:
+    # Note [Values loaded on demand]
+    from conveyor.stage_api import Deferred
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output((graph.call_function(torch.ops.aten.sin.default, (x,)),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    held = Deferred(gm)
+    assert held.loaded and held.get() is gm
+    loaded = artifacts.loads(artifacts.dumps((held, held)))
+    assert loaded[0] is loaded[1] and not loaded[0].loaded
+    made = loaded[0].get()
+    assert loaded[0].loaded and made is loaded[0].get() and made.code == gm.code
+    assert artifacts.loads(artifacts.dumps(loaded[0])).get().code == gm.code  # stored again after its load
+    fake = torch._subclasses.FakeTensorMode().from_tensor(torch.ones(1))
+    with pytest.raises(artifacts.Unpicklable):
+        artifacts.dumps(Deferred(fake))

@@ -18,6 +18,8 @@ from typing import Any
 import conveyor
 import pytest
 import torch
+from conveyor.protocol import artifacts
+from conveyor.stage_api import Deferred
 from conveyor.testing import check
 from conveyor_inductor import layouts, lowering, program
 from fx_cache_helpers import lookups, mlp, step
@@ -131,8 +133,10 @@ def test_a_loaded_program_hands_its_graph_over_and_keeps_none(tmp_path: Path, mo
 def test_a_handed_over_graph_no_longer_pickles() -> None:
     graph = torch.fx.Graph()
     graph.output((graph.placeholder("x"),))
-    stored = program._Stored(torch.fx.GraphModule(torch.nn.Module(), graph))
-    assert isinstance(pickle.loads(pickle.dumps(stored)), torch.fx.GraphModule)  # before: the graph itself
+    stored = program._Stored(Deferred(torch.fx.GraphModule(torch.nn.Module(), graph)))
+    loaded = artifacts.loads(artifacts.dumps(stored))  # before: the graph, made when first taken
+    assert isinstance(loaded, program._Stored) and loaded.graph is not None and not loaded.graph.loaded
+    assert isinstance(loaded.take(), torch.fx.GraphModule)
     stored.take()
     with pytest.raises(TypeError, match="after its first call"):
         pickle.dumps(stored)

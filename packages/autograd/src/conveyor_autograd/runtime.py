@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.fx
 from conveyor import CompiledFn
-from conveyor.stage_api import reducible
+from conveyor.stage_api import Deferred, reducible
 from torch.fx._lazy_graph_module import _make_graph_module
 
 from conveyor_autograd.layout import AutogradLayout
@@ -151,18 +151,34 @@ class BackwardGraph:
 
     :ivar layout: the program's calling conventions; the graph's placeholders
         are ``layout.backward_args(saved tensors, saved symbols, tangents)``.
-    :ivar graph: the aten backward graph as the autograd stage produced it,
-        before the backend compiled it (a copy: nothing downstream edits it).
+    :ivar stored: the aten backward graph as the autograd stage produced it,
+        before the backend compiled it (a copy: nothing downstream edits it),
+        unpickled only when read (Note [Values loaded on demand] in
+        ``conveyor.protocol.artifacts``): only compiled autograd reads it,
+        and a program loaded from the disk cache usually never is.
+    :ivar undefined: the plan of the outputs the backward may leave undefined
+        (``UndefinedGrads.of`` the graph), made with it, so that a loaded
+        program does not make the graph to find it.
     """
 
     layout: AutogradLayout
-    graph: torch.fx.GraphModule
+    stored: Deferred[torch.fx.GraphModule]
+    undefined: UndefinedGrads | None
 
-    def __post_init__(self) -> None:
-        n = sum(1 for node in self.graph.graph.nodes if node.op == "placeholder")
-        want = self.layout.num_saved + len(self.layout.diff_outputs)
+    @property
+    def graph(self) -> torch.fx.GraphModule:
+        """The backward graph (unpickled on the first read after a load)."""
+        return self.stored.get()
+
+    @staticmethod
+    def of(layout: AutogradLayout, backward: torch.fx.GraphModule) -> BackwardGraph:
+        """The marker of the backward graph ``backward`` (copied)."""
+        n = sum(1 for node in backward.graph.nodes if node.op == "placeholder")
+        want = layout.num_saved + len(layout.diff_outputs)
         if n != want:
             raise ValueError(f"BackwardGraph: {n} placeholders, the layout needs {want}")
+        graph = _copy_graph(backward)
+        return BackwardGraph(layout, Deferred(graph), UndefinedGrads.of(graph, layout))
 
 
 def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -181,7 +197,7 @@ def program_function(layout: AutogradLayout, backward: torch.fx.GraphModule) -> 
     ``_compiled_autograd_key``: the saved symbols (SymInts at compile time,
     ints at run time) are part of that key, so the capture lifts them as
     sizes and a new batch size does not specialize the captured graph."""
-    return _function_class(BackwardGraph(layout, _copy_graph(backward)))
+    return _function_class(BackwardGraph.of(layout, backward))
 
 
 def _function_class(marker: BackwardGraph) -> type[CompiledFunction]:
@@ -298,7 +314,7 @@ def wrap(
     as the program's :class:`BackwardGraph`: the program's own
     ``CompiledFunction`` class is made again on load."""
     marker = backward_graph_of(function)
-    undefined = None if marker is None else UndefinedGrads.of(marker.graph, layout)
+    undefined = None if marker is None else marker.undefined
     backward = _Backward.of(layout, compiled_backward, undefined)
     direct = _direct_apply(function)
     gets_grad = set(layout.grad_inputs)

@@ -54,7 +54,7 @@ from conveyor.errors import DataDependentError, StageError, SymbolicSizesUnsuppo
 from conveyor.frontend.capture import retrace
 from conveyor.frontend.function_records import BACKWARD_OP as FUNCTION_BACKWARD_OP
 from conveyor.frontend.function_records import undefined_grads as function_grads_undefined
-from conveyor.protocol.artifacts import reducible
+from conveyor.protocol.artifacts import Deferred, reducible
 from conveyor.protocol.config import resolve
 from conveyor.protocol.hookspecs import hookimpl
 from conveyor.protocol.lazy import LazyImpl, lazy_names
@@ -73,6 +73,7 @@ __all__ = [
     "CallSignature",
     "CompiledFn",
     "DataDependentError",
+    "Deferred",
     "FUNCTION_BACKWARD_OP",
     "FunctionalRun",
     "InputIdx",

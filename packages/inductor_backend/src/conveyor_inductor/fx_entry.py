@@ -48,7 +48,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,11 +186,15 @@ def stored_key(compiled: Any, context: str | None) -> EntryKey | None:
     return EntryKey(key, context)
 
 
-def load(entry: EntryKey, gm: torch.fx.GraphModule, inputs: Sequence[Any], is_backward: bool) -> Any | None:
-    """Inductor's program under ``entry``'s key for the stored graph ``gm``
-    on fake ``inputs``, ready to run, or ``None`` (the caller compiles it)
-    (Note [Inductor's entry by its stored key]). Called in the compile's
-    scope and configuration."""
+def load(
+    entry: EntryKey, graph: Callable[[], torch.fx.GraphModule], inputs: Sequence[Any], is_backward: bool
+) -> Any | None:
+    """Inductor's program under ``entry``'s key for the stored graph
+    (``graph()``) on fake ``inputs``, ready to run, or ``None`` (the caller
+    compiles it) (Note [Inductor's entry by its stored key]). Called in the
+    compile's scope and configuration. The graph is made only if Inductor
+    reads an attribute of it: the values of frozen parameters, which a graph
+    compiled without Inductor's freezing has none of."""
     found = api()
     if found is None or not _usable(found):
         return None
@@ -206,7 +210,7 @@ def load(entry: EntryKey, gm: torch.fx.GraphModule, inputs: Sequence[Any], is_ba
     if not os.path.isdir(found.fx_graph_cache._get_tmp_dir_for_key(entry.key)):
         log.debug("full path: Inductor's cache has no entry %s", entry.key)
         return None
-    constants = found.constants(gm)
+    constants = found.constants(_Attributes(graph))
     with contextlib.ExitStack() as stack:
         stack.enter_context(found.no_modes())
         found.clear_kernels()
@@ -223,3 +227,17 @@ def load(entry: EntryKey, gm: torch.fx.GraphModule, inputs: Sequence[Any], is_ba
         if policy is not None:
             compiled = policy.wrap_output(compiled)
     return compiled
+
+
+class _Attributes:
+    """The attributes of the graph module ``graph()`` makes, made on the
+    first one read (``CompiledFxGraphConstantsWithGm`` reads only frozen
+    parameters off the module it is given)."""
+
+    __slots__ = ("_graph",)
+
+    def __init__(self, graph: Callable[[], torch.fx.GraphModule]) -> None:
+        self._graph = graph
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph(), name)

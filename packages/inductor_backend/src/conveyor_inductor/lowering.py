@@ -8,6 +8,7 @@ the first half made (Note [Storing Inductor programs] in ``program.py``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import conveyor
@@ -96,18 +97,18 @@ def compile_decomposed(
 
 def load_entry(
     entry: fx_entry.EntryKey,
-    gm: torch.fx.GraphModule,
+    graph: Callable[[], torch.fx.GraphModule],
     where: fx_cache.Scope,
     label: str,
     config: dict[str, Any],
     expected: layouts.Layouts,
 ) -> Any:
     """Inductor's program under the stored ``entry`` for the loaded graph
-    ``gm``, if it is found and keeps the ``expected`` layouts, else ``None``
+    (``graph()``, made only if Inductor reads it), if it is found and keeps the ``expected`` layouts, else ``None``
     (then :func:`compile_decomposed` compiles it: Note [Inductor's entry by
     its stored key])."""
     with where.entered(), api().config.patch({**config, **where.config}):
-        compiled = fx_entry.load(entry, gm, list(where.inputs), label == "backward")
+        compiled = fx_entry.load(entry, graph, list(where.inputs), label == "backward")
     if compiled is None:
         return None
     changed = layouts.changed_output_strides(expected, compiled)

@@ -75,7 +75,7 @@ from typing import Any
 
 import torch
 from conveyor import CompiledFn, Request, StageError
-from conveyor.stage_api import reducible
+from conveyor.stage_api import Deferred, reducible
 
 from conveyor_inductor import fx_cache, fx_entry, layouts, lowering
 from conveyor_inductor.probe import STAGE
@@ -132,27 +132,28 @@ def _handed(decomposed: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 class _Stored:
     """A loaded program's decomposed graph, until it is handed to Inductor
-    (Note [A loaded graph handed over]); pickles as the graph."""
+    (Note [A loaded graph handed over]); pickles as the graph, stored apart
+    and unpickled only when the program compiles it (Note [Values loaded on
+    demand] in ``conveyor.protocol.artifacts``): a program served by its
+    stored key (Note [Inductor's entry by its stored key]) reads only the
+    graph's frozen parameters, of which a graph compiled without Inductor's
+    freezing has none."""
 
-    __slots__ = ("gm",)
+    __slots__ = ("graph",)
 
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        self.gm: torch.fx.GraphModule | None = gm
+    def __init__(self, graph: Deferred[torch.fx.GraphModule]) -> None:
+        self.graph: Deferred[torch.fx.GraphModule] | None = graph
 
     def take(self) -> torch.fx.GraphModule:
-        gm, self.gm = self.gm, None
-        if gm is None:
+        graph, self.graph = self.graph, None
+        if graph is None:
             raise StageError(STAGE, "a program loaded from the disk cache failed to compile on its first call (above)")
-        return gm
+        return graph.get()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        if self.gm is None:  # the disk cache logs it and stores nothing
+        if self.graph is None:  # the disk cache logs it and stores nothing
             raise TypeError("a loaded Inductor program after its first call (its graph was handed to Inductor)")
-        return (_graph, (self.gm,))
-
-
-def _graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    return gm
+        return (_Stored, (self.graph,))
 
 
 def program(
@@ -179,13 +180,15 @@ def program(
         return Made(run, info)  # a closure that does not pickle: the program is not stored
     expected = layouts.output_layouts(decomposed)
     return Made(
-        reducible(run, _loaded, decomposed, described, request.label, config, request.grad_enabled, expected, entry),
+        reducible(
+            run, _loaded, Deferred(decomposed), described, request.label, config, request.grad_enabled, expected, entry
+        ),
         info,
     )
 
 
 def _loaded(
-    decomposed: torch.fx.GraphModule,
+    decomposed: Deferred[torch.fx.GraphModule],
     described: tuple[TensorSpec | int | float | bool, ...],
     label: str,
     config: dict[str, Any],
@@ -204,14 +207,14 @@ def _loaded(
         if not compiled:
             where = fx_cache.described_scope(described)
             with torch.set_grad_enabled(grad_enabled):
-                kept = stored.gm
+                kept = stored.graph
                 found = (
                     None
                     if entry is None or kept is None
-                    else lowering.load_entry(entry, kept, where, label, config, expected)
+                    else lowering.load_entry(entry, kept.get, where, label, config, expected)
                 )
                 if found is not None:  # Note [Inductor's entry by its stored key]
-                    stored.take()
+                    stored.graph = None
                     compiled.append(found)
                 else:
                     gm = _handed(stored.take())  # Note [A loaded graph handed over]

@@ -37,7 +37,7 @@ import io
 import pickle
 from collections.abc import Callable, Iterator
 from types import FunctionType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 import torch.fx
@@ -46,6 +46,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.node import map_aggregate
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def reducible(fn: F, rebuild: Callable[..., Any], *args: Any) -> F:
@@ -55,6 +56,48 @@ def reducible(fn: F, rebuild: Callable[..., Any], *args: Any) -> F:
     what it did."""
     fn.__conveyor_reduce__ = (rebuild, args)  # type: ignore[attr-defined]
     return fn
+
+
+class Deferred(Generic[T]):
+    """Note [Values loaded on demand]: a value that a stored program keeps
+    only for a path it rarely takes (a graph to compile again if a lookup
+    misses, a backward graph that only compiled autograd reads). It is
+    stored as a pickle of its own, inside the entry's, and unpickled on the
+    first :meth:`get`: a program loaded from the disk cache that never takes
+    that path never makes the value's objects. A training step's two
+    Inductor graphs and its backward graph were some 1,850 FX nodes, 0.75 of
+    a warm first call's 31 profiled seconds, and objects that every later
+    full collection of the garbage collector walked (the same reason as
+    Note [Stage graphs loaded on demand] in ``conveyor.runtime.stored_graphs``).
+    What the value shares with the rest of the entry is stored twice and
+    loads as two objects, so it should be referenced only through this
+    holder."""
+
+    __slots__ = ("_payload", "_value")
+
+    def __init__(self, value: T) -> None:
+        self._value: T | None = value
+        self._payload: bytes | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether :meth:`get` would return without unpickling."""
+        return self._payload is None
+
+    def get(self) -> T:
+        """The value; unpickled once."""
+        if self._payload is not None:
+            self._value, self._payload = loads(self._payload), None
+        return self._value  # type: ignore[return-value]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_deferred, (dumps(self._value) if self._payload is None else self._payload,))
+
+
+def _deferred(payload: bytes) -> Deferred[Any]:
+    made: Deferred[Any] = Deferred(None)
+    made._payload = payload
+    return made
 
 
 class Unpicklable(TypeError):

@@ -60,7 +60,7 @@ from conveyor.protocol.stage import Request
 from conveyor.runtime import cache
 
 #: bump when the layout of stored entries changes
-FORMAT_VERSION = 3  # 2: the header records the key; 3: the stage graphs pickled apart
+FORMAT_VERSION = 4  # 2: the header records the key; 3: the stage graphs pickled apart; 4: values loaded on demand
 
 
 class Unkeyable(Exception):
