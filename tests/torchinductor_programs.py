@@ -59,18 +59,19 @@ def with_grad(values: list[Any]) -> list[Any] | None:
     return out if len(roots) else None
 
 
-def compiler(entry: str, backend: str) -> Callable[[Callable[..., Any]], Any]:
+def compiler(entry: str, backend: str, **options: Any) -> Callable[[Callable[..., Any]], Any]:
     """``conveyor.compile`` (``entry="conveyor"``) or ``torch.compile(backend="conveyor")``
     (``"dynamo"``, after ``torch._dynamo.reset()``: past dynamo's recompile limit
-    the rest of a sweep would run eagerly without a word)."""
+    the rest of a sweep would run eagerly without a word); ``options`` are
+    configuration keys for either (``stages={...}``)."""
     if entry == "conveyor":
-        return lambda f: conveyor.compile(f, backend=backend)
+        return lambda f: conveyor.compile(f, backend=backend, **options)
 
     def dynamo(f: Callable[..., Any]) -> Any:
         torch._dynamo.reset()
-        if backend == "eager":
+        if backend == "eager" and not options:
             return torch.compile(f, backend="conveyor")
-        return torch.compile(f, backend="conveyor", options={"backend": backend})
+        return torch.compile(f, backend="conveyor", options={"backend": backend, **options})
 
     return dynamo
 
