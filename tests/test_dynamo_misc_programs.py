@@ -141,10 +141,6 @@ M4 = (
     "Python attributes set on an input tensor by a conveyor.compile program are lost: the trace sets them on "
     "its stand-in, the caller's tensor never gets them, and nothing warns; open (M4)"
 )
-M5 = (
-    "x.untyped_storage().resize_(0) of an input under conveyor.compile: the trace resizes its fake's storage, "
-    "the caller's keeps its bytes, and nothing warns; open (M5)"
-)
 M6 = (
     "a conveyor.compile program that writes an input and then raises: the exception comes from the trace, "
     "before anything ran, so the caller's input is unwritten where eager's is written; open (M6)"
@@ -203,11 +199,10 @@ def test_retain_grad_of_an_input(entry: str) -> None:
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
-def test_storage_of_an_input_resized_to_nothing(entry: str, request: pytest.FixtureRequest) -> None:
+def test_storage_of_an_input_resized_to_nothing(entry: str) -> None:
+    """Under conveyor.compile the caller's storage kept its bytes, silently (Note [A storage
+    resized in the program]: it compiles through dynamo now)."""
     import torch
-
-    if entry == "conveyor":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=M5))
 
     def f(x):
         y = torch.sin(x + 1)

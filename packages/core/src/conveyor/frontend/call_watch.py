@@ -143,6 +143,13 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
             # Note [A generator's state in the program]
             _watch.refused = _reseeding(f"calls torch.Generator.{arg.__name__}")
             raise _watch.refused
+    elif event == "c_call" and getattr(arg, "__name__", None) == "resize_":
+        if isinstance(getattr(arg, "__self__", None), torch.UntypedStorage):  # Note [A storage resized in the program]
+            _watch.refused = DynamoSplits(
+                "it resizes a tensor's storage (untyped_storage().resize_), which a captured graph cannot replay "
+                "(Note [A storage resized in the program])"
+            )
+            raise _watch.refused
     elif event == "c_call" and getattr(arg, "__name__", None) == "as_subclass":
         if isinstance(getattr(arg, "__self__", None), torch.Tensor):
             _watch.refused = DynamoSplits(
@@ -167,6 +174,12 @@ def _refuse_seeding(frame: FrameType, event: str, arg: Any) -> None:
 # trace would keep the state it read as a constant. Left alone: a generator
 # the program makes and draws from without seeding it (each eager call starts
 # it from the default seed, the graph's goes on drawing).
+# Note [A storage resized in the program]: ``x.untyped_storage().resize_(0)``
+# (FSDP frees a parameter's memory so) is a C method of the storage, which no
+# torch-function or dispatch hook sees: the trace resized its fake's storage,
+# and the caller's kept its bytes, with no warning (test_misc.py's
+# test_storage_return; h_misc, session 13). The hook refuses it as the C call
+# starts, and the program compiles through dynamo, which replays it.
 _GENERATOR_STATE = frozenset(
     {"manual_seed", "seed", "set_state", "get_state", "set_offset", "graphsafe_set_state", "graphsafe_get_state"}
 )
