@@ -29,6 +29,15 @@ XFAIL: dict[tuple[str, str, str], str] = {
         "(aot_eager when it compiles); conveyor differentiates the functional asinh and gives asinh's gradient"
     ),
 }
+#: Inductor drops an explicit float16 round trip unless emulate_precision_casts is set: torch.compile(fn)
+#: differs from eager alike; {"config": {"emulate_precision_casts": True}} gives eager's values
+_ROUND_TRIP = "Inductor elides a float16 round trip without emulate_precision_casts (torch.compile alike)"
+XFAIL.update(
+    {
+        (name, "inductor", "*"): _ROUND_TRIP
+        for name in ("emulate_precision_casts_explicit_lowp_round_trip", "emulate_precision_casts_preserves_fused_fp16_rounding")
+    }
+)
 
 #: a handful on the default run (eager backend, both entries, with and without grad)
 REPRESENTATIVE = ["index_put2", "constant_store", "mutation_transpose_reshape_ordering", "rrelu_fallback_random"]
