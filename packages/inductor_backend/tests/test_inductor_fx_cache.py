@@ -77,9 +77,9 @@ def test_a_program_loaded_from_the_disk_cache_is_not_retraced_and_is_served(
     decomposed: list[str] = []
     original = lowering.decompose
 
-    def counted(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.GraphModule:
+    def counted(graph: torch.fx.GraphModule, where: fx_cache.Scope, config: dict) -> torch.fx.GraphModule:
         decomposed.append("once")
-        return original(graph, where)
+        return original(graph, where, config)
 
     monkeypatch.setattr(lowering, "decompose", counted)
     checked = check_round_trip(mlp(), torch.randn(4, 16), folder=tmp_path, backend="inductor")

@@ -57,3 +57,22 @@ def test_dropout_in_training_keeps_its_mask_for_the_backward() -> None:
     kept = out != 0
     assert 0 < int(kept.sum()) < 256
     torch.testing.assert_close(x.grad, kept.float() * 6)  # 3 / (1 - 0.5) where kept, 0 elsewhere
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_fallback_random_keeps_eagers_draws_through_decompositions(entry: str) -> None:
+    """Note [Random ops in the inductor backend]: the decompositions were chosen
+    without the stage's options, so ``exponential`` (of gumbel_softmax) was spelled
+    with ``rand`` and a formula: other numbers than eager's (test_cpu_repro.py)."""
+    stages = {"stages": {"inductor": {"config": {"fallback_random": True}}}}
+
+    def gumbels(x: torch.Tensor) -> torch.Tensor:
+        return x - torch.empty_like(x).exponential_().log()
+
+    compiled = ENTRIES[entry](gumbels, **stages)
+    x = torch.randn(64)
+    torch.manual_seed(0)
+    expected = gumbels(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(compiled(x), expected)
+

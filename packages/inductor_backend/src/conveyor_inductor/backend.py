@@ -80,7 +80,7 @@ class InductorBackend:
             require_cxx()
         config = dict(options.get("config") or {})
         where = fx_cache.scope(request.inputs, request.fake_mode)
-        decomposed = lowering.decompose(request.graph, where)
+        decomposed = lowering.decompose(request.graph, where, config)
         misplaced = misplaced_input(decomposed, where.inputs)
         if misplaced is not None:  # Note [Storage offsets of Inductor's inputs]
             warn_eager(

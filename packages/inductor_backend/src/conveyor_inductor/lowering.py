@@ -21,11 +21,18 @@ from conveyor_inductor.probe import STAGE, api
 log = logging.getLogger(__name__)
 
 
-def decompose(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.GraphModule:
+def decompose(graph: torch.fx.GraphModule, where: fx_cache.Scope, config: dict[str, Any]) -> torch.fx.GraphModule:
     """``graph`` retraced on ``where``'s fake inputs with Inductor's
     decompositions (Note [Symbolic sizes in the inductor backend]), a plain
     ``GraphModule`` whose outputs keep ``graph``'s strides and are all marked
-    user-visible (Note [Layouts in the inductor backend])."""
+    user-visible (Note [Layouts in the inductor backend]). Under the stage's
+    Inductor options ``config``: the table depends on them (Note [Random ops in
+    the inductor backend])."""
+    with api().config.patch(config):
+        return _decompose(graph, where)
+
+
+def _decompose(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.GraphModule:
     table = {op: fn for op, fn in api().decompositions().items() if op is not torch.ops.aten.detach.default}
     source = layouts.with_reshapes(graph)  # Note [Layouts in the inductor backend]
     expected = layouts.output_strides(graph)
@@ -47,7 +54,11 @@ def decompose(graph: torch.fx.GraphModule, where: fx_cache.Scope) -> torch.fx.Gr
 # The backend runs that pass on each graph it compiles, under the stage's
 # Inductor options: with ``fallback_random`` the pass does nothing and Inductor
 # calls aten's random ops (eager's generator, eager's numbers); otherwise the
-# numbers are Inductor's own, as under ``torch.compile``.
+# numbers are Inductor's own, as under ``torch.compile``. The decompositions
+# are chosen under those options too: without ``fallback_random`` Inductor's
+# table spells ``exponential`` (of ``F.gumbel_softmax``) and other draws with
+# ``rand`` and a formula, whose numbers are not eager's even when ``rand``'s are
+# (test_cpu_repro.py's gumbel_softmax program: its gradient differed).
 def compile_decomposed(
     gm: torch.fx.GraphModule,
     where: fx_cache.Scope,
