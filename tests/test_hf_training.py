@@ -98,7 +98,7 @@ ENTRIES: dict[str, Callable[[Any], Any]] = {
 #: what the default (CI) run keeps
 DEFAULT = {
     ("resnet", "conveyor"),
-    ("mixtral", "dynamo"),
+    ("resnet", "dynamo"),  # CI time: mixtral's dynamo training (40 s) runs --runslow; the standalone test below keeps mixtral
     ("bloom", "conveyor"),
     ("llama_checkpointed", "conveyor"),
 }

@@ -373,6 +373,7 @@ def _result(proc: subprocess.Popen[str]) -> dict[str, object]:
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow  # CI time: about 20 s of subprocesses; the single-writer load tests stay
 def test_concurrent_writers_then_a_new_process_loads(tmp_path: Path) -> None:
     cache, barrier = tmp_path / "cache", tmp_path / "barrier"
     barrier.mkdir()

@@ -92,6 +92,7 @@ def test_another_inductor_configuration_takes_the_full_path(tmp_path: Path, keys
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(want, got, strict=True))
 
 
+@pytest.mark.slow  # CI time: the other fallbacks stay in the default run
 def test_another_global_setting_takes_the_full_path(tmp_path: Path, keys_computed: list[str]) -> None:
     # the matmul settings are in Inductor's key (its details), not in conveyor's
     model, x, _ = first(tmp_path, keys_computed)
@@ -105,6 +106,7 @@ def test_another_global_setting_takes_the_full_path(tmp_path: Path, keys_compute
     assert lookups() == {"hit": 0, "miss": 2, "bypass": 0} and len(keys_computed) == 2
 
 
+@pytest.mark.slow  # CI time: the other fallbacks stay in the default run
 def test_a_gone_entry_takes_the_full_path(tmp_path: Path, keys_computed: list[str]) -> None:
     model, x, want = first(tmp_path, keys_computed)
     with fresh_cache():  # Inductor's cache emptied: no entry under the stored keys
