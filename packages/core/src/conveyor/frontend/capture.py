@@ -29,6 +29,7 @@ from conveyor.frontend.aliased_returns import arguments_for_returns
 from conveyor.frontend.autograd_state import refuse_inlined_functions, watching_user_code
 from conveyor.frontend.closure import trace_closing_over
 from conveyor.frontend.factory_dtypes import pin_factory_dtypes
+from conveyor.frontend.lifted_state import lifted_state, one_per_slot
 from conveyor.frontend.modes_kept import modes_kept, refuse_inference_outputs
 from conveyor.frontend.objects import Installed, ObjectArgs, ObjectPlan, RecipeBuilder, is_object, read_effects
 from conveyor.frontend.reachable import StateWatch, hook_dicts, refuse_changed_containers
@@ -189,38 +190,6 @@ def _dict_tags(versions: bool = True) -> Callable[[Sequence[dict[str, Any]]], Ha
 
 #: version tags of dicts (``ModuleState``, the forward hooks' key)
 dict_tags = _dict_tags()
-
-
-def lifted_state(module: torch.nn.Module) -> tuple[list[str], list[torch.Tensor]]:
-    """A module's parameters and buffers, in a stable order, lifted as inputs."""
-    names: list[str] = []
-    tensors: list[torch.Tensor] = []
-    t: torch.Tensor
-    for name, t in module.named_parameters(remove_duplicate=False):
-        names.append(name)
-        tensors.append(t)
-    for name, t in module.named_buffers(remove_duplicate=False):
-        names.append(name)
-        tensors.append(t)
-    return names, tensors
-
-
-def one_per_slot(module: torch.nn.Module, params: dict[str, Any]) -> dict[str, Any]:
-    """Note [A submodule reached by two paths]: ``lifted_state`` names a shared
-    submodule's tensors once per path (``0.weight``, ``1.weight`` of
-    ``Sequential(lin, lin)``), and ``functional_call`` given both swaps the one
-    slot twice and puts back the first swap's fake on exit, a write the state
-    watch then refuses. One name per (module, attribute) is swapped; the slot
-    holds one tensor, so every path reads the same value."""
-    seen: set[tuple[int, str]] = set()
-    kept: dict[str, Any] = {}
-    for name, value in params.items():
-        prefix, _, leaf = name.rpartition(".")
-        key = (id(module.get_submodule(prefix)), leaf)
-        if key not in seen:
-            seen.add(key)
-            kept[name] = value
-    return kept
 
 
 def capture(

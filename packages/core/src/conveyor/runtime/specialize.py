@@ -33,8 +33,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conveyor.analysis.signature import CallSignature
 from conveyor.errors import CaptureError, DataDependentError, DynamoSplits, EagerFallback, StageError, refuses_symbols
-from conveyor.frontend.capture import CallLayout, capture, lifted_state
+from conveyor.frontend.capture import CallLayout, capture
 from conveyor.frontend.fallback import watching_capture
+from conveyor.frontend.lifted_state import lifted_state
 from conveyor.frontend.objects import ObjectArgs
 from conveyor.frontend.subclasses import refuse_torch_function_subclasses
 from conveyor.protocol import timings
